@@ -1,0 +1,219 @@
+r"""Likelihood kernels: weak residual, covariance, negative log-likelihood and its derivatives.
+
+Pure array functions; :class:`pymc_wendy.likelihood.WeakLikelihood` binds them to a model and
+data. Notation (BRIEF sec. 2-3): K test functions, D states, M+1 time points, J parameters,
+``n = K D`` residual entries, flattened **state-major**: entry ``(d, k)`` sits at ``d*K + k``;
+columns of the noise linearisation run over ``(e, m)`` at ``e*(M+1) + m``.
+
+.. math::
+
+    r_{dk} = \sum_m \Phi_{km} f_d(p, u_m, t_m) + \sum_m \dot\Phi_{km} U_{md}
+
+    L_{(dk),(em)} = \Phi_{km}\, \partial_{u_e} f_d(u_m) + \dot\Phi_{km} \delta_{de}
+
+    S = (1-\epsilon) L \Sigma L^T + \epsilon I,\quad
+    \ell = \tfrac12 (\log\det S + r^T S^{-1} r + n \log 2\pi)
+
+The ridge factor ``(1 - eps)`` is folded into the noise variances, so every formula below
+uses ``Sigma' = (1 - eps) Sigma``. Gradient (adjoint form), with ``a = S^{-1} r`` and
+``W = S^{-1} - a a^T``::
+
+    dl/dp_j   = a^T dr/dp_j + sum_{d,m,e} B[d,m,e] d2f_d/(du_e dp_j)(u_m)
+    B[d,m,e]  = s'_e sum_k Phi[k,m] (W L)[(d,k),(e,m)]
+    dl/ds_e   = (1-eps)/2 sum_m L[:, (e,m)]^T W L[:, (e,m)]
+
+Hessian::
+
+    H_ij = a^T r_ij + v_i^T S^{-1} v_j - 1/2 tr(S^{-1} S_i S^{-1} S_j) + 1/2 tr(W S_ij),
+    v_i  = r_i - S_i a,  S_i = L_i Sigma' L^T + L Sigma' L_i^T,
+    1/2 tr(W S_ij) = sum B * d3f/(du dp_i dp_j) + tr(W L_i Sigma' L_j^T).
+
+Only Cholesky factors and triangular solves touch ``S``; no explicit inverse is used to solve.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg as sla
+
+__all__ = [
+    "CovarianceError",
+    "NonFiniteError",
+    "WeakLikelihoodError",
+    "linearisation",
+    "residual",
+]
+
+_LOG_2PI = np.log(2.0 * np.pi)
+
+
+class WeakLikelihoodError(ValueError):
+    """The weak likelihood cannot be evaluated at the requested point."""
+
+
+class CovarianceError(WeakLikelihoodError, np.linalg.LinAlgError):
+    """The weak-residual covariance S(p) is not (numerically) positive definite."""
+
+
+class NonFiniteError(WeakLikelihoodError):
+    """The right-hand side or one of its derivatives is not finite at the data."""
+
+
+def residual(phi: np.ndarray, F: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Weak residual ``vec(Phi F + b)`` in state-major order; ``b = dPhi U`` is precomputed."""
+    return (phi @ F + b).T.ravel()
+
+
+def linearisation(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray) -> np.ndarray:
+    """Noise linearisation ``L`` as a 4-D array ``[d, k, e, m]`` (reshape to (KD, D(M+1)))."""
+    D = Ju.shape[1]
+    L = phi[None, :, None, :] * Ju.transpose(1, 2, 0)[:, None, :, :]
+    for d in range(D):  # loop over states only
+        L[d, :, d, :] += dphi
+    return L
+
+
+def _check_finite(name: str, arr: np.ndarray, t: np.ndarray | None = None) -> None:
+    if not np.all(np.isfinite(arr)):
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        where = f" at time index {bad[0]}" + (f" (t = {t[bad[0]]:g})" if t is not None else "")
+        raise NonFiniteError(f"{name} is not finite{where}; parameters may be outside the model's domain")
+
+
+def cholesky(S: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factor of ``S``, raising :class:`CovarianceError` with a clear message."""
+    try:
+        return sla.cholesky(S, lower=True, check_finite=False)
+    except np.linalg.LinAlgError as exc:
+        raise CovarianceError(
+            "the weak-residual covariance S(p) is not positive definite "
+            f"(size {S.shape[0]}, {exc}); the noise level may be zero or the parameters extreme"
+        ) from None
+
+
+def _solve(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+    return sla.cho_solve((C, True), B, check_finite=False)
+
+
+def _tri(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+    return sla.solve_triangular(C, B, lower=True, check_finite=False)
+
+
+@dataclass
+class Evaluation:
+    """Quantities at one parameter point, shared by value, gradient and Hessian."""
+
+    r: np.ndarray  # (n,)
+    L: np.ndarray  # (D, K, D, M+1)
+    s2: np.ndarray  # (D,) effective variances (1 - eps) * sigma^2
+    C: np.ndarray  # (n, n) lower Cholesky factor of S
+    a: np.ndarray  # (n,) S^{-1} r
+    nll: float
+
+
+def evaluate(
+    phi: np.ndarray,
+    dphi: np.ndarray,
+    b: np.ndarray,
+    F: np.ndarray,
+    Ju: np.ndarray,
+    sigma2: np.ndarray,
+    ridge: float,
+) -> Evaluation:
+    """Residual, covariance factor and negative log-likelihood from ``f`` and ``df/du``."""
+    K, M1 = phi.shape
+    D = F.shape[1]
+    n = K * D
+    r = residual(phi, F, b)
+    L = linearisation(phi, dphi, Ju)
+    s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
+    Ls = (L * np.sqrt(s2)[None, None, :, None]).reshape(n, D * M1)
+    S = Ls @ Ls.T
+    S[np.diag_indices_from(S)] += ridge
+    C = cholesky(S)
+    z = _tri(C, r)
+    a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
+    logdet = 2.0 * np.sum(np.log(np.diag(C)))
+    nll = 0.5 * (logdet + z @ z + n * _LOG_2PI)
+    return Evaluation(r=r, L=L, s2=s2, C=C, a=a, nll=float(nll))
+
+
+def gradient_parts(
+    ev: Evaluation, phi: np.ndarray, Jp: np.ndarray, Jup: np.ndarray, ridge: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradient with respect to ``p`` and to the noise variances, plus the contraction ``B``.
+
+    Returns ``(grad_p, grad_sigma2, B)`` with ``B`` of shape (D, M+1, D).
+    """
+    D, K, _, M1 = ev.L.shape
+    n = K * D
+    L2 = ev.L.reshape(n, D * M1)
+    Y = _solve(ev.C, L2)  # S^{-1} L
+    WL = Y - np.outer(ev.a, ev.a @ L2)
+    WL4 = WL.reshape(D, K, D, M1)
+    B = np.einsum("km,dkem->dme", phi, WL4, optimize=True) * ev.s2[None, None, :]
+    G = dr_dp(phi, Jp)
+    grad_p = G.T @ ev.a + np.einsum("dme,mdej->j", B, Jup, optimize=True)
+    grad_s2 = 0.5 * (1.0 - ridge) * np.einsum("dkem,dkem->e", ev.L, WL4, optimize=True)
+    return grad_p, grad_s2, B
+
+
+def dr_dp(phi: np.ndarray, Jp: np.ndarray) -> np.ndarray:
+    """Jacobian of the residual with respect to ``p``: shape (KD, J), state-major rows."""
+    M1, D, J = Jp.shape
+    K = phi.shape[0]
+    G = (phi @ Jp.reshape(M1, D * J)).reshape(K, D, J)
+    return G.transpose(1, 0, 2).reshape(K * D, J)
+
+
+def hessian(
+    ev: Evaluation,
+    phi: np.ndarray,
+    Jp: np.ndarray,
+    Jup: np.ndarray,
+    Jpp: np.ndarray,
+    Jupp: np.ndarray,
+    B: np.ndarray,
+) -> np.ndarray:
+    """Hessian of the negative log-likelihood with respect to ``p`` (see module doc)."""
+    D, K, _, M1 = ev.L.shape
+    n = K * D
+    J = Jp.shape[2]
+    sq = np.sqrt(ev.s2)[None, None, :, None]
+    L2 = ev.L.reshape(n, D * M1)
+    Z = _tri(ev.C, (ev.L * sq).reshape(n, D * M1))  # C^{-1} L Sigma'^{1/2}
+    G = dr_dp(phi, Jp)
+    La = ev.a @ L2  # L^T a, over (e, m)
+    s2cols = np.repeat(ev.s2, M1)
+    X = np.empty((J, n, D * M1))
+    c = np.empty((J, D * M1))
+    V = np.empty((n, J))
+    for i in range(J):  # loop over parameters only
+        Li = phi[None, :, None, :] * Jup[:, :, :, i].transpose(1, 2, 0)[:, None, :, :]
+        Li2 = Li.reshape(n, D * M1)
+        X[i] = _tri(ev.C, (Li * sq).reshape(n, D * M1))
+        c[i] = ev.a @ Li2
+        V[:, i] = G[:, i] - Li2 @ (s2cols * La) - L2 @ (s2cols * c[i])
+    Xf = X.reshape(J, -1)
+    P = np.einsum("inq,kq->ink", X, Z, optimize=True)  # P_i = X_i Z^T
+    Pf = P.reshape(J, -1)
+    PT = P.transpose(0, 2, 1).reshape(J, -1)
+    tr_SiSj = 2.0 * (Pf @ PT.T + Pf @ Pf.T)
+    Wv = _tri(ev.C, V)
+    Rpp = np.einsum("km,mdij->dkij", phi, Jpp, optimize=True).reshape(n, J, J)
+    H = (
+        np.einsum("n,nij->ij", ev.a, Rpp)
+        + Wv.T @ Wv
+        - 0.5 * tr_SiSj
+        + np.einsum("dme,mdeij->ij", B, Jupp, optimize=True)
+        + Xf @ Xf.T
+        - (c * s2cols) @ c.T
+    )
+    return 0.5 * (H + H.T)
+
+
+def whiten(ev: Evaluation) -> np.ndarray:
+    """Whitened residual ``C^{-1} r`` (standard normal at the truth if the model holds)."""
+    return _tri(ev.C, ev.r)

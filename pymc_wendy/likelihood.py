@@ -1,0 +1,343 @@
+"""The weak-form likelihood bound to a model and a data set.
+
+:class:`WeakLikelihood` validates the data, applies the log transform for log-normal noise,
+builds (or accepts) the test functions, estimates the noise level when it is not given and
+exposes the weak residual, its covariance, the negative log-likelihood, its gradient (with
+respect to the parameters and to the per-state noise variances), its Hessian and the
+estimator covariances at a point estimate.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+import numpy as np
+
+from pymc_wendy import _linear, kernels
+from pymc_wendy.kernels import NonFiniteError
+from pymc_wendy.noise import estimate_noise
+from pymc_wendy.ode import ODEModel
+from pymc_wendy.test_functions import TestFunctions, build_test_functions, from_matrices
+
+__all__ = ["WeakLikelihood", "validate_data"]
+
+Noise = Literal["normal", "lognormal"]
+
+#: Below this noise-to-signal ratio the data are treated as noise-free (S(p) ~ ridge * I).
+NOISE_FREE_RATIO = 1e-7
+
+
+def validate_data(t, U, n_states: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Check a time grid and a data matrix; return them as float arrays.
+
+    Raises ``ValueError`` naming the problem: non-1-D or unsorted times, repeated times, shape
+    mismatch, NaN or infinite values.
+    """
+    t = np.asarray(t, dtype=float)
+    U = np.asarray(U, dtype=float)
+    if t.ndim != 1:
+        raise ValueError(f"t must be 1-D; got shape {t.shape}")
+    if U.ndim == 1 and n_states == 1:
+        U = U[:, None]
+    if U.ndim != 2:
+        raise ValueError(f"U must be 2-D (time points x states); got shape {U.shape}")
+    if U.shape[0] != t.size:
+        if U.shape[1] == t.size and (n_states is None or U.shape[0] == n_states):
+            raise ValueError(
+                f"U has shape {U.shape} but t has {t.size} points: rows of U must be time "
+                "points (pass U.T)"
+            )
+        raise ValueError(f"U has {U.shape[0]} rows but t has {t.size} points")
+    if n_states is not None and U.shape[1] != n_states:
+        raise ValueError(f"U has {U.shape[1]} columns but the model has {n_states} states")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("t contains NaN or infinite values")
+    dt = np.diff(t)
+    if np.any(dt <= 0):
+        i = int(np.argmax(dt <= 0))
+        raise ValueError(
+            f"t must be strictly increasing (sorted, no repeats); t[{i}] = {t[i]:g}, "
+            f"t[{i + 1}] = {t[i + 1]:g}"
+        )
+    bad = ~np.isfinite(U)
+    if bad.any():
+        m, d = np.argwhere(bad)[0]
+        raise ValueError(
+            f"U contains {int(bad.sum())} NaN/infinite values (first at row {m}, column {d}); "
+            "remove or impute them before fitting"
+        )
+    return t, U
+
+
+class WeakLikelihood:
+    """Weak-form Gaussian likelihood with parameter-dependent covariance (WENDy-MLE).
+
+    Parameters
+    ----------
+    model : ODEModel
+        The ODE. For ``noise="lognormal"`` the log-state model is derived automatically.
+    t : array, shape (M+1,)
+        Strictly increasing sample times (non-uniform grids are supported).
+    U : array, shape (M+1, D)
+        Observations, one row per time point.
+    noise : {"normal", "lognormal"}
+        Additive Gaussian noise, or multiplicative log-normal noise (all data must be > 0).
+    sigma : float or array of shape (D,), optional
+        Noise standard deviation per state (of ``log U`` for log-normal noise). Estimated from
+        the data with the high-order filter when omitted.
+    test_functions : TestFunctions, mapping, or (phi, dphi), optional
+        Ready test functions, options for :func:`build_test_functions`, or user matrices.
+    ridge : float
+        ``S <- (1 - ridge) S + ridge I`` (WENDy.jl and the MATLAB code use 1e-10).
+    linear : {"auto", "fast", "general"}
+        Use the precomputed quadratic form of S(p) for linear-in-parameter models when it fits
+        in ``max_precompute_bytes`` ("auto"), always ("fast"), or never ("general").
+    max_precompute_bytes : int
+        Memory budget for the linear-in-parameters precomputation.
+    """
+
+    def __init__(
+        self,
+        model: ODEModel,
+        t,
+        U,
+        *,
+        noise: Noise = "normal",
+        sigma=None,
+        test_functions: TestFunctions | Mapping | Sequence | None = None,
+        ridge: float = 1e-10,
+        linear: Literal["auto", "fast", "general"] = "auto",
+        max_precompute_bytes: int = 256 * 2**20,
+    ):
+        if not isinstance(model, ODEModel):
+            raise TypeError(f"model must be an ODEModel; got {type(model)!r}")
+        if noise not in ("normal", "lognormal"):
+            raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
+        if not 0.0 <= ridge < 1.0:
+            raise ValueError(f"ridge must be in [0, 1); got {ridge}")
+        if linear not in ("auto", "fast", "general"):
+            raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
+        t, U = validate_data(t, U, model.n_states)
+        self.base_model = model
+        self.noise = noise
+        self.t = t
+        self.U = U
+        if noise == "lognormal":
+            if np.any(U <= 0):
+                m, d = np.argwhere(U <= 0)[0]
+                raise ValueError(
+                    f"log-normal noise needs positive data, but U has {int((U <= 0).sum())} "
+                    f"non-positive entries (first at row {m}, t = {t[m]:g}, state "
+                    f"{model.states[d]!r}); drop those rows or use noise='normal'"
+                )
+            self.model = model.log_transformed()
+            self.X = np.log(U)
+        else:
+            self.model = model
+            self.X = U
+        self.test_functions = self._test_functions(test_functions)
+        self.phi = np.ascontiguousarray(self.test_functions.phi)
+        self.dphi = np.ascontiguousarray(self.test_functions.dphi)
+        self.b = self.dphi @ self.X
+        self.ridge = float(ridge)
+        self.sigma, self.sigma_estimated = self._sigma(sigma)
+        self._linear_mode = linear
+        self._max_precompute = max_precompute_bytes
+        self._linear_cache: _linear.LinearForm | None = None
+
+    # --- set-up --------------------------------------------------------------------------
+    def _test_functions(self, spec) -> TestFunctions:
+        if spec is None:
+            return build_test_functions(self.t, self.X)
+        if isinstance(spec, TestFunctions):
+            tf = spec
+        elif isinstance(spec, Mapping):
+            return build_test_functions(self.t, self.X, **spec)
+        elif isinstance(spec, Sequence) and len(spec) == 2:
+            tf = from_matrices(spec[0], spec[1], self.t)
+        else:
+            raise TypeError(
+                "test_functions must be a TestFunctions, a dict of build options, or (phi, dphi)"
+            )
+        if tf.phi.shape[1] != self.t.size:
+            raise ValueError(
+                f"test functions have {tf.phi.shape[1]} columns but the data have {self.t.size} "
+                "time points"
+            )
+        return tf
+
+    def _sigma(self, sigma) -> tuple[np.ndarray, bool]:
+        D = self.model.n_states
+        if sigma is None:
+            est = estimate_noise(self.X)
+            scale = np.sqrt(np.mean(self.X**2, axis=0))
+            if np.all(est <= NOISE_FREE_RATIO * np.maximum(scale, np.finfo(float).tiny)):
+                warnings.warn(
+                    "the data look noise-free (estimated noise "
+                    f"{np.array2string(est, precision=2)}); S(p) is then ~ ridge * I and the "
+                    "weak likelihood reduces to weak least squares",
+                    stacklevel=3,
+                )
+            return est, True
+        return self.check_sigma(sigma), False
+
+    def check_sigma(self, sigma) -> np.ndarray:
+        """Broadcast a noise standard deviation to shape (D,) and validate it."""
+        D = self.model.n_states
+        s = np.asarray(sigma, dtype=float)
+        try:
+            s = np.broadcast_to(s, (D,)).copy()
+        except ValueError:
+            raise ValueError(f"sigma must be a scalar or have {D} entries; got shape {s.shape}") from None
+        if not np.all(np.isfinite(s)) or np.any(s < 0):
+            raise ValueError(f"sigma must be finite and non-negative; got {s}")
+        return s
+
+    # --- sizes ---------------------------------------------------------------------------
+    @property
+    def K(self) -> int:
+        """Number of test functions."""
+        return self.phi.shape[0]
+
+    @property
+    def n_residuals(self) -> int:
+        """Length of the weak residual, K * D."""
+        return self.phi.shape[0] * self.model.n_states
+
+    def __repr__(self) -> str:
+        return (
+            f"WeakLikelihood({self.model.name!r}, noise={self.noise!r}, M+1={self.t.size}, "
+            f"D={self.model.n_states}, J={self.model.n_params}, K={self.K}, "
+            f"sigma={np.array2string(self.sigma, precision=3)}"
+            f"{' (estimated)' if self.sigma_estimated else ''})"
+        )
+
+    # --- evaluation ------------------------------------------------------------------------
+    def _p(self, p) -> np.ndarray:
+        p = np.asarray(p, dtype=float)
+        if p.shape != (self.model.n_params,):
+            raise ValueError(f"p must have shape ({self.model.n_params},); got {p.shape}")
+        if not np.all(np.isfinite(p)):
+            raise ValueError(f"p must be finite; got {p}")
+        return p
+
+    def _s2(self, sigma) -> np.ndarray:
+        s = self.sigma if sigma is None else self.check_sigma(sigma)
+        return s**2
+
+    def _derivs(self, p: np.ndarray, *which: str) -> list[np.ndarray]:
+        out = []
+        for w in which:
+            arr = self.model.evaluate(w, self.t, self.X, p)
+            kernels._check_finite(w, arr, self.t)
+            out.append(arr)
+        return out
+
+    def _evaluation(self, p: np.ndarray, s2: np.ndarray) -> kernels.Evaluation:
+        F, Ju = self._derivs(p, "f", "f_u")
+        return kernels.evaluate(self.phi, self.dphi, self.b, F, Ju, s2, self.ridge)
+
+    def _linear_form(self, s2: np.ndarray) -> _linear.LinearForm | None:
+        if self._linear_mode == "general" or not self.model.is_linear_in_params:
+            return None
+        cache = self._linear_cache
+        if cache is not None and np.array_equal(cache.s2_raw, s2):
+            return cache
+        need = _linear.precompute_bytes(self.K, self.model.n_states, self.model.n_params)
+        if self._linear_mode == "auto" and need > self._max_precompute:
+            return None
+        self._linear_cache = _linear.LinearForm.build(self, s2)
+        return self._linear_cache
+
+    def residual(self, p) -> np.ndarray:
+        """Weak residual ``r(p)``, shape (K*D,), state-major (entry ``d*K + k``)."""
+        p = self._p(p)
+        (F,) = self._derivs(p, "f")
+        return kernels.residual(self.phi, F, self.b)
+
+    def covariance(self, p, sigma=None) -> np.ndarray:
+        """Weak-residual covariance ``S(p)`` including the ridge, shape (K*D, K*D)."""
+        p = self._p(p)
+        ev = self._evaluation(p, self._s2(sigma))
+        return ev.C @ ev.C.T
+
+    def nll(self, p, sigma=None) -> float:
+        """Negative log-likelihood ``l(p)`` (WENDy-MLE eq. 6)."""
+        p = self._p(p)
+        s2 = self._s2(sigma)
+        lin = self._linear_form(s2)
+        if lin is not None:
+            return lin.nll(p)
+        return self._evaluation(p, s2).nll
+
+    def nll_grad(self, p, sigma=None) -> tuple[float, np.ndarray]:
+        """Negative log-likelihood and its gradient with respect to ``p``."""
+        p = self._p(p)
+        s2 = self._s2(sigma)
+        lin = self._linear_form(s2)
+        if lin is not None:
+            return lin.nll_grad(p)
+        ev = self._evaluation(p, s2)
+        Jp, Jup = self._derivs(p, "f_p", "f_up")
+        g, _, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
+        return ev.nll, g
+
+    def nll_grad_sigma2(self, p, sigma=None) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient in ``p`` and gradient in the per-state noise variances ``sigma**2``."""
+        p = self._p(p)
+        ev = self._evaluation(p, self._s2(sigma))
+        Jp, Jup = self._derivs(p, "f_p", "f_up")
+        g, gs, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
+        return ev.nll, g, gs
+
+    def hessian(self, p, sigma=None) -> np.ndarray:
+        """Hessian of the negative log-likelihood with respect to ``p`` (WENDy-MLE eq. 8)."""
+        p = self._p(p)
+        ev = self._evaluation(p, self._s2(sigma))
+        Jp, Jup, Jpp, Jupp = self._derivs(p, "f_p", "f_up", "f_pp", "f_upp")
+        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
+        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B)
+
+    def whitened_residual(self, p, sigma=None) -> np.ndarray:
+        """``C(p)^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth, to first order."""
+        p = self._p(p)
+        return kernels.whiten(self._evaluation(p, self._s2(sigma)))
+
+    def dr_dp(self, p) -> np.ndarray:
+        """Jacobian of the weak residual with respect to ``p``, shape (K*D, J)."""
+        p = self._p(p)
+        (Jp,) = self._derivs(p, "f_p")
+        return kernels.dr_dp(self.phi, Jp)
+
+    def parameter_covariance(
+        self, p, sigma=None, method: Literal["sandwich", "hessian"] = "sandwich"
+    ) -> np.ndarray:
+        """Approximate covariance of an estimator at ``p``.
+
+        ``"sandwich"``: WENDy-MLE eq. 9, ``G^+ S(p) G^{+T}`` with ``G = dr/dp``.
+        ``"hessian"``: the inverse observed information, ``H(p)^{-1}``.
+        """
+        p = self._p(p)
+        if method == "sandwich":
+            G = self.dr_dp(p)
+            Gp = np.linalg.pinv(G)
+            C = self._evaluation(p, self._s2(sigma)).C
+            A = Gp @ C
+            return A @ A.T
+        if method == "hessian":
+            H = self.hessian(p, sigma)
+            try:
+                Lh = np.linalg.cholesky(H)
+            except np.linalg.LinAlgError:
+                raise kernels.WeakLikelihoodError(
+                    "the Hessian is not positive definite at p: not a local minimum of the "
+                    "negative log-likelihood, so its inverse is no covariance"
+                ) from None
+            Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
+            return Li.T @ Li
+        raise ValueError(f"method must be 'sandwich' or 'hessian'; got {method!r}")
+
+
+__all__ += ["NonFiniteError"]

@@ -1,0 +1,89 @@
+"""Time the weak negative log-likelihood and its gradient against the dense linear-algebra floor.
+
+The floor, measured in the same run on the same matrix sizes, is one Cholesky factorisation of a
+KD x KD matrix plus one (KD x D(M+1)) by (D(M+1) x KD) matrix product: the least any evaluation
+of S(p) = L Sigma L^T followed by a factorisation can cost.
+
+Run:  python benchmarks/likelihood_speed.py  [--repeats N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import scipy.linalg as sla
+
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.problems import get_problem
+
+CASES = [
+    ("fitzhugh_nagumo", 513, 0.10),
+    ("hindmarsh_rose", 1025, 0.02),
+]
+
+
+def _best(fn, repeats: int) -> float:
+    fn()  # warm-up: code paths, caches, BLAS threads
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _floor(n: int, q: int, repeats: int) -> float:
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, q))
+    B = np.ascontiguousarray(A.T.copy())  # a separate operand: a general matrix product
+    S = A @ A.T + n * np.eye(n)
+
+    def run():
+        A @ B
+        sla.cholesky(S, lower=True, check_finite=False)
+
+    return _best(run, repeats)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args(argv)
+    header = (
+        f"{'problem':<16} {'M+1':>5} {'K':>4} {'KD':>5} {'path':<8} {'value ms':>9} "
+        f"{'val+grad ms':>11} {'hess ms':>8} {'floor ms':>9} {'vg/floor':>8} {'vg/value':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, n_points, nr in CASES:
+        prob = get_problem(name)
+        data = prob.simulate(n_points=n_points, noise_ratio=nr, seed=0)
+        base = WeakLikelihood(prob.model, data.t, data.U)
+        K, D = base.K, prob.model.n_states
+        n, q = K * D, D * n_points
+        floor = _floor(n, q, args.repeats)
+        p = data.p_true * 1.01
+        for path in ("general", "fast"):
+            lik = WeakLikelihood(
+                prob.model, data.t, data.U, test_functions=base.test_functions, linear=path,
+                max_precompute_bytes=2**31,
+            )
+            t_setup = time.perf_counter()
+            lik.nll(p)  # builds the linear-in-parameters coefficients on the fast path
+            t_setup = time.perf_counter() - t_setup
+            t_v = _best(lambda lik=lik: lik.nll(p), args.repeats)
+            t_vg = _best(lambda lik=lik: lik.nll_grad(p), args.repeats)
+            t_h = _best(lambda lik=lik: lik.hessian(p), max(3, args.repeats // 5)) if path == "general" else float("nan")
+            print(
+                f"{name:<16} {n_points:>5} {K:>4} {n:>5} {path:<8} {1e3 * t_v:>9.2f} "
+                f"{1e3 * t_vg:>11.2f} {1e3 * t_h:>8.1f} {1e3 * floor:>9.2f} {t_vg / floor:>8.2f} "
+                f"{t_vg / t_v:>8.2f}"
+            )
+            if path == "fast":
+                print(f"{'':<16} (fast path one-off set-up {1e3 * t_setup:.0f} ms)")
+
+
+if __name__ == "__main__":
+    main()

@@ -26,7 +26,7 @@ __all__ = ["WeakLikelihood", "validate_data"]
 Noise = Literal["normal", "lognormal"]
 
 #: Below this noise-to-signal ratio the data are treated as noise-free (S(p) ~ ridge * I).
-NOISE_FREE_RATIO = 1e-7
+NOISE_FREE_RATIO = 1e-6
 
 
 def validate_data(t, U, n_states: int | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -156,7 +156,9 @@ def gradient_parts(
     B = np.einsum("km,dkem->dme", phi, WL4, optimize=True) * ev.s2[None, None, :]
     G = dr_dp(phi, Jp)
     grad_p = G.T @ ev.a + np.einsum("dme,mdej->j", B, Jup, optimize=True)
-    grad_s2 = 0.5 * (1.0 - ridge) * np.einsum("dkem,dkem->e", ev.L, WL4, optimize=True)
+    # sum over rows and time of L * WL, per noise state e (one pass over memory)
+    per_e = (ev.L * WL4).transpose(2, 0, 1, 3).reshape(D, -1).sum(axis=1)
+    grad_s2 = 0.5 * (1.0 - ridge) * per_e
     return grad_p, grad_s2, B
 
 

@@ -1,0 +1,236 @@
+"""Weak likelihood: derivatives against finite differences, statistical behaviour, bad input."""
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pymc_wendy.kernels import CovarianceError, NonFiniteError
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.problems import PROBLEMS, get_problem
+
+# Systems whose trajectories stay positive, so log-normal noise is defined for them.
+POSITIVE = ["logistic", "lotka_volterra", "goodwin_3d", "sir_tdi", "protein_transduction"]
+CASES = [(name, "normal") for name in PROBLEMS] + [(name, "lognormal") for name in POSITIVE]
+
+
+def _rel(a, b):
+    return np.linalg.norm(np.ravel(a - b)) / np.linalg.norm(np.ravel(b))
+
+
+def _central(fun, x, rel_step=1e-5):
+    """Central differences of fun (scalar or array valued) at x, one column per entry of x."""
+    cols = []
+    for j in range(x.size):
+        h = rel_step * max(abs(x[j]), 1e-3)
+        e = np.zeros_like(x)
+        e[j] = h
+        cols.append((np.asarray(fun(x + e)) - np.asarray(fun(x - e))) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{n}-{z}" for n, z in CASES])
+def case(request):
+    name, noise = request.param
+    prob = get_problem(name)
+    data = prob.simulate(n_points=257, noise_ratio=0.05, noise=noise, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise, sigma=data.sigma)
+    rng = np.random.default_rng(2)
+    # a point near, but not at, the truth: derivatives there have no special structure
+    p = data.p_true * (1 + 0.02 * rng.standard_normal(data.p_true.size))
+    return lik, p
+
+
+def test_gradient_matches_finite_differences(case):
+    lik, p = case
+    value, grad = lik.nll_grad(p)
+    assert np.isclose(value, lik.nll(p), rtol=1e-12)
+    numeric = _central(lik.nll, p)
+    assert _rel(grad, numeric) < 1e-5
+
+
+def test_general_gradient_matches_finite_differences(case):
+    lik, p = case
+    value, grad, _ = lik.nll_grad_sigma2(p)  # always the general path
+    assert _rel(grad, _central(lik.nll, p)) < 1e-5
+
+
+def test_hessian_matches_finite_differences_of_gradient(case):
+    lik, p = case
+    H = lik.hessian(p)
+    numeric = _central(lambda q: lik.nll_grad_sigma2(q)[1], p)
+    assert _rel(H, 0.5 * (numeric + numeric.T)) < 1e-5
+    np.testing.assert_allclose(H, H.T, rtol=0, atol=1e-12 * np.abs(H).max())
+
+
+def test_noise_variance_gradient_matches_finite_differences(case):
+    lik, p = case
+    s2 = lik.sigma**2
+    _, _, grad_s2 = lik.nll_grad_sigma2(p)
+    numeric = _central(lambda v: lik.nll(p, sigma=np.sqrt(v)), s2)
+    assert _rel(grad_s2, numeric) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["logistic", "lotka_volterra", "fitzhugh_nagumo", "lorenz"])
+def test_linear_fast_path_equals_general_path(name):
+    prob = get_problem(name)
+    data = prob.simulate(n_points=257, noise_ratio=0.1, seed=3)
+    fast = WeakLikelihood(prob.model, data.t, data.U, linear="fast")
+    general = WeakLikelihood(prob.model, data.t, data.U, test_functions=fast.test_functions, linear="general")
+    assert prob.model.is_linear_in_params
+    p = data.p_true * 1.05
+    v1, g1 = fast.nll_grad(p)
+    v2, g2 = general.nll_grad(p)
+    assert fast._linear_cache is not None and general._linear_cache is None
+    assert abs(v1 - v2) <= 1e-10 * abs(v2)
+    assert _rel(g1, g2) < 1e-9
+
+
+@pytest.mark.parametrize("name", ["logistic", "lotka_volterra", "fitzhugh_nagumo"])
+def test_noise_free_residual_and_weak_least_squares_recover_truth(name):
+    prob = get_problem(name)
+    data = prob.simulate(n_points=1025, noise_ratio=0.0, seed=0)
+    with pytest.warns(UserWarning, match="noise-free"):
+        lik = WeakLikelihood(prob.model, data.t, data.U)
+    p_true = data.p_true
+    scale = np.linalg.norm(lik.b)
+    # the residual at the truth is quadrature (and solver) error: tiny, where 1 % off is not
+    assert np.linalg.norm(lik.residual(p_true)) < 1e-6 * scale
+    assert np.linalg.norm(lik.residual(1.01 * p_true)) > 1e-3 * scale
+    # weak least squares, closed form for linear-in-parameter models: r(p) = r(0) + G p
+    G = lik.dr_dp(p_true)
+    p_hat = np.linalg.lstsq(G, -lik.residual(np.zeros_like(p_true)), rcond=None)[0]
+    assert np.max(np.abs(p_hat - p_true) / np.abs(p_true)) < 1e-3
+
+
+def test_noise_free_residual_converges_spectrally():
+    """With radii fixed in time units, halving dt shrinks r(p*) far faster than O(dt^2)."""
+    prob = get_problem("fitzhugh_nagumo")
+    rel = []
+    for n in (257, 513):
+        data = prob.simulate(n_points=n, noise_ratio=0.0)
+        lik = WeakLikelihood(prob.model, data.t, data.U, sigma=1.0, test_functions={"radii": [0.8, 1.6]})
+        rel.append(np.linalg.norm(lik.residual(data.p_true)) / np.linalg.norm(lik.b))
+    assert rel[1] < rel[0] / 100
+
+
+@pytest.mark.parametrize("name", ["logistic", "lotka_volterra", "fitzhugh_nagumo"])
+def test_whitened_residual_is_standard_normal_at_truth(name):
+    """WENDy 2023 Fig. 4: S(p*)^(-1/2) r(p*) pooled over 100 data sets at 20 % noise, 256 points."""
+    prob = get_problem(name)
+    first = prob.simulate(n_points=257, noise_ratio=0.2, seed=0)
+    tf = WeakLikelihood(prob.model, first.t, first.U).test_functions  # fixed across data sets
+    white, raw = [], []
+    for seed in range(100):
+        data = prob.simulate(n_points=257, noise_ratio=0.2, seed=seed)
+        lik = WeakLikelihood(prob.model, data.t, data.U, sigma=data.sigma, test_functions=tf)
+        white.append(lik.whitened_residual(data.p_true))
+        raw.append(lik.residual(data.p_true))
+    w, u = np.array(white), np.array(raw)  # (seeds, K*D)
+    n = w.size
+    se_mean, se_var = 1 / np.sqrt(n), np.sqrt(2 / n)
+    # The linearisation neglects O(sigma^2) terms; at 20 % noise we allow 0.05 / 0.1 beyond 5 SE.
+    assert abs(w.mean()) < 5 * se_mean + 0.05
+    assert abs(w.var() - 1) < 5 * se_var + 0.1
+
+    # Per-entry variances across the 100 data sets: for N(0, I) entries, 99 * var ~ chi2(99).
+    # Whitened entries fall in the central 99.9 % band (we allow 3 % outliers for the
+    # linearisation error); unwhitened ones are not identically distributed at all.
+    lo, hi = stats.chi2.ppf([0.0005, 0.9995], w.shape[0] - 1) / w.shape[0]
+
+    def in_band(x):
+        v = x.var(axis=0)
+        return np.mean((v > lo) & (v < hi))
+
+    assert in_band(w) > 0.97
+    assert in_band(u) < 0.5
+
+
+def test_covariance_is_symmetric_positive_definite():
+    prob = get_problem("fitzhugh_nagumo")
+    data = prob.simulate(n_points=257, noise_ratio=0.1, seed=0)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    S = lik.covariance(data.p_true)
+    assert S.shape == (lik.n_residuals, lik.n_residuals)
+    np.testing.assert_allclose(S, S.T, atol=1e-14 * np.abs(S).max())
+    assert np.linalg.eigvalsh(S).min() > 0
+
+
+def test_parameter_covariances_at_the_mle_are_positive_definite():
+    from scipy.optimize import minimize
+
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=257, noise_ratio=0.05, seed=0)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    res = minimize(lik.nll_grad, data.p_true, jac=True, hess=lik.hessian, method="trust-exact")
+    assert res.success
+    for method in ("sandwich", "hessian"):
+        cov = lik.parameter_covariance(res.x, method=method)
+        assert np.linalg.eigvalsh(cov).min() > 0
+    np.testing.assert_allclose(
+        lik.parameter_covariance(res.x, method="hessian") @ lik.hessian(res.x), np.eye(4), atol=1e-8
+    )
+
+
+def test_estimated_sigma_is_close_to_truth():
+    prob = get_problem("fitzhugh_nagumo")
+    data = prob.simulate(n_points=1025, noise_ratio=0.1, seed=5)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    assert lik.sigma_estimated
+    np.testing.assert_allclose(lik.sigma, data.sigma, rtol=0.1)
+
+
+# --- bad input ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lv():
+    prob = get_problem("lotka_volterra")
+    return prob, prob.simulate(n_points=129, noise_ratio=0.05, seed=0)
+
+
+def test_bad_data_raise_clear_errors(lv):
+    prob, data = lv
+    model, t, U = prob.model, data.t, data.U
+    with pytest.raises(ValueError, match="strictly increasing"):
+        WeakLikelihood(model, t[::-1], U)
+    with pytest.raises(ValueError, match="pass U.T"):
+        WeakLikelihood(model, t, U.T)
+    with pytest.raises(ValueError, match="columns but the model has 2 states"):
+        WeakLikelihood(model, t, np.hstack([U, U]))
+    bad = U.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        WeakLikelihood(model, t, bad)
+    neg = U.copy()
+    neg[5, 0] = -1.0
+    with pytest.raises(ValueError, match="log-normal noise needs positive data"):
+        WeakLikelihood(model, t, neg, noise="lognormal")
+    with pytest.raises(ValueError, match="noise must be"):
+        WeakLikelihood(model, t, U, noise="poisson")
+    with pytest.raises(ValueError, match="sigma must be a scalar or have 2 entries"):
+        WeakLikelihood(model, t, U, sigma=[0.1, 0.1, 0.1])
+    with pytest.raises(ValueError, match="non-negative"):
+        WeakLikelihood(model, t, U, sigma=-1.0)
+    with pytest.raises(ValueError, match="points"):
+        WeakLikelihood(model, t[:4], U[:4])
+    lik = WeakLikelihood(model, t, U)
+    with pytest.raises(ValueError, match=r"p must have shape \(4,\)"):
+        lik.nll(np.ones(3))
+
+
+def test_non_finite_rhs_and_singular_covariance_are_reported(lv):
+    prob, data = lv
+    sir = get_problem("sir_tdi")
+    sdata = sir.simulate(n_points=257, noise_ratio=0.05, noise="lognormal", seed=0)
+    lik = WeakLikelihood(sir.model, sdata.t, sdata.U, noise="lognormal")
+    p = sdata.p_true.copy()
+    p[0] = 0.0  # 0/0 in the transmission term
+    with pytest.raises(NonFiniteError, match="not finite"):
+        lik.nll(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zero = WeakLikelihood(prob.model, data.t, data.U, sigma=0.0, ridge=0.0)
+    with pytest.raises(CovarianceError, match="not positive definite"):
+        zero.nll_grad_sigma2(data.p_true)

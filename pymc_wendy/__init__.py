@@ -9,7 +9,14 @@ from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodEr
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
-from pymc_wendy.problems import PROBLEMS, Problem, SimulatedData, get_problem, list_problems, simulate
+from pymc_wendy.problems import (
+    PROBLEMS,
+    Problem,
+    SimulatedData,
+    get_problem,
+    list_problems,
+    simulate,
+)
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
 
 __version__ = "0.1.0.dev0"

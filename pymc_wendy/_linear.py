@@ -52,7 +52,9 @@ class LinearForm:
         J, D = model.n_params, model.n_states
         K = phi.shape[0]
         p0 = np.zeros(J)
-        F0, Ju0, Jp, Jup = (model.evaluate(w, lik.t, lik.X, p0) for w in ("f", "f_u", "f_p", "f_up"))
+        F0, Ju0, Jp, Jup = (
+            model.evaluate(w, lik.t, lik.X, p0) for w in ("f", "f_u", "f_p", "f_up")
+        )
         for name, arr in zip(("f", "f_u", "f_p", "f_up"), (F0, Ju0, Jp, Jup), strict=True):
             kernels._check_finite(name, arr, lik.t)
         r0 = kernels.residual(phi, F0, lik.b)
@@ -89,10 +91,9 @@ class LinearForm:
         Sinv, info = sla.lapack.dpotri(C, lower=1)
         if info != 0:
             raise kernels.CovarianceError("could not invert the Cholesky factor of S(p)")
-        Sinv = np.tril(Sinv) + np.tril(Sinv, -1).T
+        W = np.tril(Sinv) + np.tril(Sinv, -1).T - np.outer(a, a)
         n = a.size
-        Af = self.A.reshape(self.A.shape[0], n * n)
-        tr = Af @ Sinv.ravel() - np.einsum("qij,i,j->q", self.A, a, a, optimize=True)
+        tr = self.A.reshape(self.A.shape[0], n * n) @ W.ravel()  # <W, A_ab>: one pass over A
         J = p.size
         T = np.zeros((J + 1, J + 1))
         ia, ib = _pairs(J)

@@ -79,7 +79,9 @@ def _check_finite(name: str, arr: np.ndarray, t: np.ndarray | None = None) -> No
     if not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         where = f" at time index {bad[0]}" + (f" (t = {t[bad[0]]:g})" if t is not None else "")
-        raise NonFiniteError(f"{name} is not finite{where}; parameters may be outside the model's domain")
+        raise NonFiniteError(
+            f"{name} is not finite{where}; parameters may be outside the model's domain"
+        )
 
 
 def cholesky(S: np.ndarray) -> np.ndarray:

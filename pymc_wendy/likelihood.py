@@ -169,7 +169,6 @@ class WeakLikelihood:
         return tf
 
     def _sigma(self, sigma) -> tuple[np.ndarray, bool]:
-        D = self.model.n_states
         if sigma is None:
             est = estimate_noise(self.X)
             scale = np.sqrt(np.mean(self.X**2, axis=0))
@@ -190,7 +189,9 @@ class WeakLikelihood:
         try:
             s = np.broadcast_to(s, (D,)).copy()
         except ValueError:
-            raise ValueError(f"sigma must be a scalar or have {D} entries; got shape {s.shape}") from None
+            raise ValueError(
+                f"sigma must be a scalar or have {D} entries; got shape {s.shape}"
+            ) from None
         if not np.all(np.isfinite(s)) or np.any(s < 0):
             raise ValueError(f"sigma must be finite and non-negative; got {s}")
         return s
@@ -301,7 +302,7 @@ class WeakLikelihood:
         return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B)
 
     def whitened_residual(self, p, sigma=None) -> np.ndarray:
-        """``C(p)^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth, to first order."""
+        """``C^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth (first order)."""
         p = self._p(p)
         return kernels.whiten(self._evaluation(p, self._s2(sigma)))
 

@@ -116,7 +116,9 @@ def _symbolic_stand_in(value):
     name = getattr(value, "__name__", None)
     module = getattr(value, "__module__", None) or ""
     is_numpy_fn = isinstance(value, np.ufunc) or module.startswith("numpy")
-    is_math_fn = isinstance(value, types.BuiltinFunctionType) and getattr(math, name or "", None) is value
+    is_math_fn = (
+        isinstance(value, types.BuiltinFunctionType) and getattr(math, name or "", None) is value
+    )
     if (is_numpy_fn or is_math_fn) and name in _SYMPY_FUNCTIONS:
         return _SYMPY_FUNCTIONS[name]
     if value is builtins.abs or value is builtins.max or value is builtins.min:
@@ -266,11 +268,14 @@ class ODEModel:
             try:
                 e = sp.sympify(e)
             except (sp.SympifyError, TypeError) as exc:
-                raise ODEDefinitionError(f"component {d} of rhs is not an expression: {e!r}") from exc
+                raise ODEDefinitionError(
+                    f"component {d} of rhs is not an expression: {e!r}"
+                ) from exc
             extra = e.free_symbols - allowed
             if extra:
                 raise ODEDefinitionError(
-                    f"component {d} ({self.states[d]}) uses unknown symbols {sorted(map(str, extra))}"
+                    f"component {d} ({self.states[d]}) uses unknown symbols "
+                    f"{sorted(map(str, extra))}"
                 )
             if e.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
                 raise ODEDefinitionError(f"component {d} ({self.states[d]}) is not finite: {e}")
@@ -314,7 +319,9 @@ class ODEModel:
         return len(self.params)
 
     def __repr__(self) -> str:
-        lines = [f"ODEModel {self.name!r}" + (f" ({self.transform} states)" if self.transform else "")]
+        lines = [
+            f"ODEModel {self.name!r}" + (f" ({self.transform} states)" if self.transform else "")
+        ]
         subs = {s: sp.Symbol(n) for s, n in zip(self._u, self.states, strict=True)}
         subs |= {s: sp.Symbol(n) for s, n in zip(self._p, self.params, strict=True)}
         for name, e in zip(self.states, self.expressions, strict=True):
@@ -330,10 +337,15 @@ class ODEModel:
         f_up = sp.Array(
             [[[sp.diff(f_u[d, e], pj) for pj in p] for e in range(len(u))] for d in range(len(u))]
         )
-        f_pp = sp.Array([[[sp.diff(f_p[d, i], pj) for pj in p] for i in range(len(p))] for d in range(len(u))])
+        f_pp = sp.Array(
+            [[[sp.diff(f_p[d, i], pj) for pj in p] for i in range(len(p))] for d in range(len(u))]
+        )
         f_upp = sp.Array(
             [
-                [[[sp.diff(f_up[d, e, i], pj) for pj in p] for i in range(len(p))] for e in range(len(u))]
+                [
+                    [[sp.diff(f_up[d, e, i], pj) for pj in p] for i in range(len(p))]
+                    for e in range(len(u))
+                ]
                 for d in range(len(u))
             ]
         )
@@ -351,7 +363,9 @@ class ODEModel:
     def _compiled(self, which: str) -> Callable:
         fn = self._functions.get(which)
         if fn is None:
-            entries = _codegen.nonzero_entries(np.array(self._jacobians[which].tolist(), dtype=object))
+            entries = _codegen.nonzero_entries(
+                np.array(self._jacobians[which].tolist(), dtype=object)
+            )
             fn = _codegen.generate(f"_{which}", entries, t=self._t, u=self._u, p=self._p)
             self._functions[which] = fn
         return fn
@@ -368,7 +382,7 @@ class ODEModel:
         }[which]
 
     def evaluate(self, which: str, t, U, p) -> np.ndarray:
-        """Evaluate ``which`` (``"f"``, ``"f_u"``, ...) at every row of ``U``; see the module doc."""
+        """Evaluate ``which`` (``"f"``, ``"f_u"``, ...) at every row of ``U`` (module doc)."""
         t = np.asarray(t, dtype=float)
         U = np.asarray(U, dtype=float)
         p = np.asarray(p, dtype=float)

@@ -77,7 +77,9 @@ def test_linear_fast_path_equals_general_path(name):
     prob = get_problem(name)
     data = prob.simulate(n_points=257, noise_ratio=0.1, seed=3)
     fast = WeakLikelihood(prob.model, data.t, data.U, linear="fast")
-    general = WeakLikelihood(prob.model, data.t, data.U, test_functions=fast.test_functions, linear="general")
+    general = WeakLikelihood(
+        prob.model, data.t, data.U, test_functions=fast.test_functions, linear="general"
+    )
     assert prob.model.is_linear_in_params
     p = data.p_true * 1.05
     v1, g1 = fast.nll_grad(p)
@@ -110,7 +112,9 @@ def test_noise_free_residual_converges_spectrally():
     rel = []
     for n in (257, 513):
         data = prob.simulate(n_points=n, noise_ratio=0.0)
-        lik = WeakLikelihood(prob.model, data.t, data.U, sigma=1.0, test_functions={"radii": [0.8, 1.6]})
+        lik = WeakLikelihood(
+            prob.model, data.t, data.U, sigma=1.0, test_functions={"radii": [0.8, 1.6]}
+        )
         rel.append(np.linalg.norm(lik.residual(data.p_true)) / np.linalg.norm(lik.b))
     assert rel[1] < rel[0] / 100
 

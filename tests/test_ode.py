@@ -105,7 +105,9 @@ def test_math_numpy_and_sympy_functions_trace_alike():
     def with_sympy(t, u, p):
         return [p[0] * sympy.exp(-u[0]) + sympy.sqrt(p[1]) * sympy.tanh(u[0])]
 
-    exprs = [ODEModel(f, ["u"], ["a", "b"]).expressions for f in (with_numpy, with_math, with_sympy)]
+    exprs = [
+        ODEModel(f, ["u"], ["a", "b"]).expressions for f in (with_numpy, with_math, with_sympy)
+    ]
     assert exprs[0] == exprs[1] == exprs[2]
 
 

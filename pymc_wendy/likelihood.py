@@ -16,59 +16,17 @@ from typing import Literal
 import numpy as np
 
 from pymc_wendy import _linear, kernels
-from pymc_wendy.kernels import NonFiniteError
+from pymc_wendy._validation import check_data
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.test_functions import TestFunctions, build_test_functions, from_matrices
 
-__all__ = ["WeakLikelihood", "validate_data"]
+__all__ = ["WeakLikelihood"]
 
 Noise = Literal["normal", "lognormal"]
 
 #: Below this noise-to-signal ratio the data are treated as noise-free (S(p) ~ ridge * I).
 NOISE_FREE_RATIO = 1e-6
-
-
-def validate_data(t, U, n_states: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Check a time grid and a data matrix; return them as float arrays.
-
-    Raises ``ValueError`` naming the problem: non-1-D or unsorted times, repeated times, shape
-    mismatch, NaN or infinite values.
-    """
-    t = np.asarray(t, dtype=float)
-    U = np.asarray(U, dtype=float)
-    if t.ndim != 1:
-        raise ValueError(f"t must be 1-D; got shape {t.shape}")
-    if U.ndim == 1 and n_states == 1:
-        U = U[:, None]
-    if U.ndim != 2:
-        raise ValueError(f"U must be 2-D (time points x states); got shape {U.shape}")
-    if U.shape[0] != t.size:
-        if U.shape[1] == t.size and (n_states is None or U.shape[0] == n_states):
-            raise ValueError(
-                f"U has shape {U.shape} but t has {t.size} points: rows of U must be time "
-                "points (pass U.T)"
-            )
-        raise ValueError(f"U has {U.shape[0]} rows but t has {t.size} points")
-    if n_states is not None and U.shape[1] != n_states:
-        raise ValueError(f"U has {U.shape[1]} columns but the model has {n_states} states")
-    if not np.all(np.isfinite(t)):
-        raise ValueError("t contains NaN or infinite values")
-    dt = np.diff(t)
-    if np.any(dt <= 0):
-        i = int(np.argmax(dt <= 0))
-        raise ValueError(
-            f"t must be strictly increasing (sorted, no repeats); t[{i}] = {t[i]:g}, "
-            f"t[{i + 1}] = {t[i + 1]:g}"
-        )
-    bad = ~np.isfinite(U)
-    if bad.any():
-        m, d = np.argwhere(bad)[0]
-        raise ValueError(
-            f"U contains {int(bad.sum())} NaN/infinite values (first at row {m}, column {d}); "
-            "remove or impute them before fitting"
-        )
-    return t, U
 
 
 class WeakLikelihood:
@@ -119,7 +77,7 @@ class WeakLikelihood:
             raise ValueError(f"ridge must be in [0, 1); got {ridge}")
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
-        t, U = validate_data(t, U, model.n_states)
+        t, U = check_data(t, U, model.n_states)
         self.base_model = model
         self.noise = noise
         self.t = t
@@ -339,6 +297,3 @@ class WeakLikelihood:
             Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
             return Li.T @ Li
         raise ValueError(f"method must be 'sandwich' or 'hessian'; got {method!r}")
-
-
-__all__ += ["NonFiniteError"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from pymc_wendy._validation import check_times
 from pymc_wendy.ode import ODEModel
 
 __all__ = [
@@ -146,17 +147,6 @@ def _vector(x, n: int, what: str, names: Sequence[str]) -> np.ndarray:
     return arr
 
 
-def _time_grid(t) -> np.ndarray:
-    arr = np.asarray(t, dtype=float)
-    if arr.ndim != 1 or arr.shape[0] < 2:
-        raise ValueError(f"t must be a 1-D array of at least 2 times; got shape {arr.shape}")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError("t must be finite")
-    if np.any(np.diff(arr) <= 0):
-        raise ValueError("t must be strictly increasing (sorted, no repeats)")
-    return arr
-
-
 def _noise_name(noise: str) -> str:
     key = str(noise).lower().replace("-", "").replace("_", "")
     if key not in _NOISE_MODELS:
@@ -247,7 +237,7 @@ def solve(
         raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
     p = _vector(p, model.n_params, "p", model.params)
     u0 = _vector(u0, model.n_states, "u0", model.states)
-    t = _time_grid(t)
+    t = check_times(t)
     if not (rtol > 0 and atol > 0):
         raise ValueError(f"rtol and atol must be > 0; got rtol={rtol!r}, atol={atol!r}")
     if method is None:
@@ -489,7 +479,7 @@ def simulate(
     else:
         if n_points is not None:
             raise ValueError("n_points applies to t_span only; the explicit t defines the grid")
-        t_fine = _time_grid(t)
+        t_fine = check_times(t)
     if atol is None:
         atol = _LOGNORMAL_ATOL if noise == "lognormal" else 1e-12
     if drop_nonpositive and noise != "lognormal":

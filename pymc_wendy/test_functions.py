@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from pymc_wendy._validation import check_data, check_times
+
 __all__ = [
     "bump",
     "bump_derivative",
@@ -132,7 +134,7 @@ def quadrature_weights(t: np.ndarray) -> np.ndarray:
         ``w_0 = (t_1 - t_0)/2``, ``w_m = (t_{m+1} - t_{m-1})/2``, ``w_M = (t_M - t_{M-1})/2``;
         on a uniform grid the interior weights equal ``dt``.
     """
-    t = _validate_times(t)
+    t = check_times(t)
     h = np.diff(t)
     w = np.empty_like(t)
     w[0] = h[0] / 2.0
@@ -304,41 +306,6 @@ class TestFunctions:
 
 
 # --- validation and grid bookkeeping ---------------------------------------------------------
-
-
-def _validate_times(t: Any) -> np.ndarray:
-    t = np.asarray(t, dtype=float)
-    if t.ndim != 1:
-        raise ValueError(f"t must be a 1-D array of time points, got shape {t.shape}")
-    if t.size < 2:
-        raise ValueError(f"t must contain at least 2 time points, got {t.size}")
-    if not np.all(np.isfinite(t)):
-        raise ValueError("t contains NaN or infinite values")
-    if np.any(np.diff(t) <= 0):
-        bad = int(np.flatnonzero(np.diff(t) <= 0)[0])
-        raise ValueError(
-            f"t must be strictly increasing; t[{bad}] = {t[bad]!r} >= t[{bad + 1}] = {t[bad + 1]!r}"
-        )
-    return t
-
-
-def _validate_data(t: Any, U: Any) -> tuple[np.ndarray, np.ndarray]:
-    t = _validate_times(t)
-    U = np.asarray(U, dtype=float)
-    if U.ndim != 2:
-        raise ValueError(
-            f"U must be 2-D with shape (n_times, n_states), got shape {U.shape}; "
-            "use U[:, None] for a single state"
-        )
-    if U.shape[0] != t.size:
-        raise ValueError(
-            f"U has {U.shape[0]} rows but t has {t.size} time points; rows must be time points"
-        )
-    if U.shape[1] == 0:
-        raise ValueError("U has no columns (states)")
-    if not np.all(np.isfinite(U)):
-        raise ValueError("U contains NaN or infinite values")
-    return t, U
 
 
 @dataclass(frozen=True)
@@ -584,7 +551,7 @@ def select_min_radius(
     move the chosen radius by a few points.  When the noise floor is reached within a couple
     of candidates (typical above about 10 % noise) the choice sits at the first flat point.
     """
-    t, U = _validate_data(t, U)
+    t, U = check_data(t, U)
     grid = _grid(t)
     _validate_selection_options(radius_range, n_candidates, per_candidate, subsample_rate, eta)
     max_multiplier = _check_positive("max_multiplier", max_multiplier)
@@ -736,7 +703,7 @@ def build_test_functions(
         On invalid data or options, radii that do not fit, too few time points, or ``K``
         larger than the rank.
     """
-    t, U = _validate_data(t, U)
+    t, U = check_data(t, U)
     grid = _grid(t)
     eta = _check_positive("eta", eta)
     unknown = set(selection_options) - {
@@ -862,7 +829,7 @@ def from_matrices(phi: np.ndarray, dphi: np.ndarray, t: np.ndarray | None = None
     if phi.shape != dphi.shape:
         raise ValueError(f"phi and dphi must have the same shape, got {phi.shape} and {dphi.shape}")
     if t is not None:
-        t = _validate_times(t)
+        t = check_times(t)
         if t.size != phi.shape[1]:
             raise ValueError(f"t has {t.size} points but the matrices have {phi.shape[1]} columns")
     return TestFunctions(phi=phi, dphi=dphi, t=t, radii=np.empty(0), min_radius=None)

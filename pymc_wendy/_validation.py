@@ -1,0 +1,56 @@
+"""Input checks shared by every entry point, with errors that name the problem."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def check_times(t: Any) -> np.ndarray:
+    """A 1-D, finite, strictly increasing array of at least two times, as floats."""
+    t = np.asarray(t, dtype=float)
+    if t.ndim != 1:
+        raise ValueError(f"t must be a 1-D array of time points, got shape {t.shape}")
+    if t.size < 2:
+        raise ValueError(f"t must contain at least 2 time points, got {t.size}")
+    if not np.all(np.isfinite(t)):
+        raise ValueError("t contains NaN or infinite values")
+    steps = np.diff(t)
+    if np.any(steps <= 0):
+        i = int(np.flatnonzero(steps <= 0)[0])
+        raise ValueError(
+            f"t must be strictly increasing (sorted, no repeats); t[{i}] = {t[i]:g} >= "
+            f"t[{i + 1}] = {t[i + 1]:g}"
+        )
+    return t
+
+
+def check_data(t: Any, U: Any, n_states: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a time grid and a data matrix (rows = time points) and return float arrays."""
+    t = check_times(t)
+    U = np.asarray(U, dtype=float)
+    if U.ndim == 1 and n_states == 1:
+        U = U[:, None]
+    if U.ndim != 2:
+        raise ValueError(
+            f"U must be 2-D with shape (n_times, n_states), got shape {U.shape}; "
+            "use U[:, None] for a single state"
+        )
+    if U.shape[0] != t.size:
+        hint = "; rows must be time points"
+        if U.shape[1] == t.size:
+            hint += " (pass U.T)"
+        raise ValueError(f"U has {U.shape[0]} rows but t has {t.size} time points{hint}")
+    if U.shape[1] == 0:
+        raise ValueError("U has no columns (states)")
+    if n_states is not None and U.shape[1] != n_states:
+        raise ValueError(f"U has {U.shape[1]} columns but the model has {n_states} states")
+    bad = ~np.isfinite(U)
+    if bad.any():
+        m, d = np.argwhere(bad)[0]
+        raise ValueError(
+            f"U contains NaN or infinite values ({int(bad.sum())}, first at row {m}, column {d}); "
+            "remove or impute them before fitting"
+        )
+    return t, U

@@ -309,6 +309,14 @@ class ODEModel:
         obj._set_expressions([sp.sympify(e) for e in exprs])
         return obj
 
+    def __getstate__(self) -> dict:
+        # Generated functions live only in memory and the user's function may be a lambda:
+        # pickle the expressions (enough to rebuild everything) so models cross process pools.
+        state = self.__dict__.copy()
+        state.pop("_functions", None)
+        state["rhs"] = None
+        return state
+
     # sizes and symbolic structure
     @property
     def n_states(self) -> int:

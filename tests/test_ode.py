@@ -169,3 +169,12 @@ def test_evaluate_validates_shapes():
         G3.f(np.zeros(3), np.zeros((3, 2)), P_G3)
     with pytest.raises(ValueError, match="p must have shape"):
         G3.f(np.zeros(3), np.ones((3, 3)), P_G3[:3])
+
+
+def test_models_pickle_for_process_pools():
+    import pickle
+
+    model = ODEModel(lambda t, u, p: [-p[0] * u[0] ** 2], ["u"], ["k"])
+    model.f([0.0], [[2.0]], [1.0])  # compile once before pickling
+    clone = pickle.loads(pickle.dumps(model.log_transformed()))
+    np.testing.assert_allclose(clone.f([0.0], [[np.log(2.0)]], [1.0]), [[-2.0]])

@@ -52,11 +52,7 @@ class LinearForm:
         J, D = model.n_params, model.n_states
         K = phi.shape[0]
         p0 = np.zeros(J)
-        F0, Ju0, Jp, Jup = (
-            model.evaluate(w, lik.t, lik.X, p0) for w in ("f", "f_u", "f_p", "f_up")
-        )
-        for name, arr in zip(("f", "f_u", "f_p", "f_up"), (F0, Ju0, Jp, Jup), strict=True):
-            kernels._check_finite(name, arr, lik.t)
+        F0, Ju0, Jp, Jup = lik._derivs(p0, "f", "f_u", "f_p", "f_up")
         r0 = kernels.residual(phi, F0, lik.b)
         G = kernels.dr_dp(phi, Jp)
         s2e = (1.0 - lik.ridge) * s2

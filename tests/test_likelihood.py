@@ -151,14 +151,30 @@ def test_whitened_residual_is_standard_normal_at_truth(name):
     assert in_band(u) < 0.5
 
 
-def test_covariance_is_symmetric_positive_definite():
+def test_covariance_is_the_linearised_noise_covariance():
+    """S(p) = (1 - eps) L Sigma L^T + eps I with L = dr/dvec(U), L built by finite differences."""
     prob = get_problem("fitzhugh_nagumo")
-    data = prob.simulate(n_points=257, noise_ratio=0.1, seed=0)
-    lik = WeakLikelihood(prob.model, data.t, data.U)
-    S = lik.covariance(data.p_true)
-    assert S.shape == (lik.n_residuals, lik.n_residuals)
-    np.testing.assert_allclose(S, S.T, atol=1e-14 * np.abs(S).max())
-    assert np.linalg.eigvalsh(S).min() > 0
+    data = prob.simulate(n_points=65, noise_ratio=0.1, seed=0)
+    sigma = np.array([0.05, 0.2])
+    lik = WeakLikelihood(prob.model, data.t, data.U, sigma=sigma, test_functions={"K": 12})
+    p = data.p_true * 1.03
+
+    def r_of(U):
+        return WeakLikelihood(
+            prob.model, data.t, U, sigma=sigma, test_functions=lik.test_functions
+        ).residual(p)
+
+    cols, h = [], 1e-6
+    for e in range(2):  # columns ordered (e, m), as in the kernels
+        for m in range(data.t.size):
+            dU = np.zeros_like(data.U)
+            dU[m, e] = h
+            cols.append((r_of(data.U + dU) - r_of(data.U - dU)) / (2 * h))
+    L = np.array(cols).T
+    variances = np.repeat(sigma**2, data.t.size)
+    expected = (1 - lik.ridge) * (L * variances) @ L.T + lik.ridge * np.eye(L.shape[0])
+    S = lik.covariance(p)
+    assert _rel(S, expected) < 1e-6
 
 
 def test_parameter_covariances_at_the_mle_are_positive_definite():

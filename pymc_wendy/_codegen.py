@@ -2,18 +2,22 @@
 
 Each generated function fills a pre-allocated array whose leading axis runs over time points,
 evaluating every non-zero entry of a derivative tensor with common subexpressions shared.
-The code is plain numpy so it needs no compilation step; the source is kept on the function
-(``__source__``) so it can be read and, later, handed to numba.
+The default style is plain vectorised numpy, which needs no compilation step. The ``"loop"``
+style writes one scalar loop over time points for numba (no temporaries, one pass over memory);
+the compiled likelihood uses it. The source is kept on the function (``__source__``).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import sympy as sp
 from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.pycode import PythonCodePrinter
 
 
 class _Printer(NumPyPrinter):
@@ -26,6 +30,13 @@ class _Printer(NumPyPrinter):
         return repr(float(expr))
 
 
+class _ScalarPrinter(PythonCodePrinter):
+    """Scalar ``math`` code for numba; integer powers stay integer (cheap repeated products)."""
+
+    def _print_Rational(self, expr):  # noqa: N802
+        return repr(float(expr))
+
+
 def generate(
     name: str,
     entries: Mapping[tuple[int, ...], sp.Expr],
@@ -33,28 +44,38 @@ def generate(
     t: sp.Symbol,
     u: Sequence[sp.Symbol],
     p: Sequence[sp.Symbol],
+    style: Literal["numpy", "loop"] = "numpy",
 ) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
     """Compile ``entries`` into ``fn(t, U, p, out)`` that writes ``out[:, *idx] = expr``.
 
     ``t`` has shape (n,), ``U`` shape (n, D), ``p`` shape (J,), ``out`` shape (n, ...).
-    Entries that are absent are left untouched (callers pass a zeroed ``out``).
+    Entries that are absent are left untouched (callers pass a zeroed ``out``). With
+    ``style="loop"`` the returned function is plain Python meant for ``numba.njit``.
     """
-    printer = _Printer({"fully_qualified_modules": True, "allow_unknown_functions": False})
     keys = list(entries)
     exprs = [sp.sympify(entries[k]) for k in keys]
     replacements, reduced = sp.cse(exprs, symbols=sp.numbered_symbols("_c"), optimizations="basic")
-    lines = [f"def {name}(t, U, p, out):"]
-    lines += [f"    {s.name} = U[:, {i}]" for i, s in enumerate(u)]
+    if style == "numpy":
+        printer = _Printer({"fully_qualified_modules": True, "allow_unknown_functions": False})
+        row, pad, head = ":", "    ", []
+    elif style == "loop":
+        printer = _ScalarPrinter({"fully_qualified_modules": True})
+        row, pad, head = "_i", "        ", ["    for _i in range(U.shape[0]):"]
+    else:
+        raise ValueError(f"style must be 'numpy' or 'loop'; got {style!r}")
+    lines = [f"def {name}(t_, U, p, out):"]
     lines += [f"    {s.name} = p[{j}]" for j, s in enumerate(p)]
-    lines.append(f"    {t.name} = t")
+    lines += head
+    lines += [f"{pad}{s.name} = U[{row}, {i}]" for i, s in enumerate(u)]
+    lines.append(f"{pad}{t.name} = t_[{row}]")
     for sym, expr in replacements:
-        lines.append(f"    {sym.name} = {printer.doprint(expr)}")
+        lines.append(f"{pad}{sym.name} = {printer.doprint(expr)}")
     for key, expr in zip(keys, reduced, strict=True):
         idx = ", ".join(str(i) for i in key)
-        lines.append(f"    out[:, {idx}] = {printer.doprint(expr)}")
+        lines.append(f"{pad}out[{row}, {idx}] = {printer.doprint(expr)}")
     lines.append("    return out")
     source = "\n".join(lines) + "\n"
-    namespace: dict = {"numpy": np}
+    namespace: dict = {"numpy": np, "math": math}
     exec(compile(source, f"<pymc_wendy generated {name}>", "exec"), namespace)  # noqa: S102
     fn = namespace[name]
     fn.__source__ = source

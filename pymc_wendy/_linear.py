@@ -14,6 +14,7 @@ Everything is derived from the generated derivatives at ``p = 0``; no extra symb
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -48,21 +49,7 @@ class LinearForm:
 
     @classmethod
     def build(cls, lik: WeakLikelihood, s2: np.ndarray) -> LinearForm:
-        model, phi, dphi = lik.model, lik.phi, lik.dphi
-        J, D = model.n_params, model.n_states
-        K = phi.shape[0]
-        p0 = np.zeros(J)
-        F0, Ju0, Jp, Jup = lik._derivs(p0, "f", "f_u", "f_p", "f_up")
-        r0 = kernels.residual(phi, F0, lik.b)
-        G = kernels.dr_dp(phi, Jp)
-        s2e = (1.0 - lik.ridge) * s2
-        # g[a][m, d, e]: coefficient of pt_a in df_d/du_e
-        g = np.concatenate([Ju0[None], Jup.transpose(3, 0, 1, 2)], axis=0)
-        ia, ib = _pairs(J)
-        A = np.zeros((ia.size, K * D, K * D))
-        for q, (a, b) in enumerate(zip(ia, ib, strict=True)):
-            Aab = _cross(phi, dphi, g[a], g[b], s2e, a == 0, b == 0)
-            A[q] = Aab if a == b else Aab + Aab.T
+        r0, G, A = _coefficients(lik, (1.0 - lik.ridge) * np.asarray(s2, dtype=float))
         return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=lik.ridge)
 
     def _factor(self, p: np.ndarray):
@@ -98,6 +85,83 @@ class LinearForm:
         T[np.diag_indices(J + 1)] *= 2.0
         grad = self.G.T @ a + 0.5 * (T[1:] @ pt)
         return nll, grad
+
+
+def _coefficients(lik: WeakLikelihood, s2e: np.ndarray):
+    """``(r0, G, A)`` for effective noise variances ``s2e``; ``A`` has shape (P, n, n)."""
+    model, phi, dphi = lik.model, lik.phi, lik.dphi
+    J, D = model.n_params, model.n_states
+    K = phi.shape[0]
+    F0, Ju0, Jp, Jup = lik._derivs(np.zeros(J), "f", "f_u", "f_p", "f_up")
+    r0 = kernels.residual(phi, F0, lik.b)
+    G = kernels.dr_dp(phi, Jp)
+    # g[a][m, d, e]: coefficient of pt_a in df_d/du_e
+    g = np.concatenate([Ju0[None], Jup.transpose(3, 0, 1, 2)], axis=0)
+    ia, ib = _pairs(J)
+    A = np.zeros((ia.size, K * D, K * D))
+    for q, (a, b) in enumerate(zip(ia, ib, strict=True)):
+        Aab = _cross(phi, dphi, g[a], g[b], s2e, a == 0, b == 0)
+        A[q] = Aab if a == b else Aab + Aab.T
+    return r0, G, A
+
+
+@dataclass
+class CompiledForm:
+    """Coefficient matrices in the block-sparse layout of :func:`pymc_wendy._compiled.linear`.
+
+    Only non-zero K x K blocks ``(d, d2)`` with ``d >= d2`` are kept (S is symmetric and most
+    parameters enter one equation, so most blocks of most pairs vanish), each stored transposed
+    so the compiled loops read memory contiguously. ``blk_e`` is the noise state (always 0 when
+    the noise variances are fixed and folded in), ``blk_q`` the pair index.
+    """
+
+    r0: np.ndarray
+    G: np.ndarray
+    blocks: np.ndarray  # (nb, K, K)
+    blk_e: np.ndarray
+    blk_q: np.ndarray
+    blk_d: np.ndarray
+    blk_d2: np.ndarray
+
+    @classmethod
+    def from_dense(cls, r0: np.ndarray, G: np.ndarray, A: np.ndarray, K: int) -> CompiledForm:
+        """From dense ``A`` of shape (E, P, n, n)."""
+        E, P, n, _ = A.shape
+        D = n // K
+        blocks, idx = [], []
+        for e, q, d, d2 in itertools.product(range(E), range(P), range(D), range(D)):
+            if d2 > d:
+                continue
+            blk = A[e, q, d * K : (d + 1) * K, d2 * K : (d2 + 1) * K]
+            if np.any(blk):
+                blocks.append(np.ascontiguousarray(blk.T))
+                idx.append((e, q, d, d2))
+        idx_arr = np.array(idx, dtype=np.int64).reshape(-1, 4)
+        blocks_arr = np.array(blocks).reshape(-1, K, K)
+        return cls(r0, G, blocks_arr, *(np.ascontiguousarray(c) for c in idx_arr.T))
+
+
+def form_for(lik: WeakLikelihood, *, per_state: bool) -> CompiledForm | None:
+    """The linear-in-parameters form the compiled likelihood should use, or None (general path).
+
+    Follows the likelihood's ``linear`` option and memory budget; resolving per noise state
+    costs D times the memory of the fixed-noise form.
+    """
+    model = lik.model
+    if lik._linear_mode == "general" or not model.is_linear_in_params:
+        return None
+    if not per_state:
+        form = lik._linear_form(lik.sigma**2)
+        return (
+            None if form is None else CompiledForm.from_dense(form.r0, form.G, form.A[None], lik.K)
+        )
+    D = model.n_states
+    need = D * precompute_bytes(lik.K, D, model.n_params)
+    if lik._linear_mode == "auto" and need > lik._max_precompute:
+        return None
+    parts = [_coefficients(lik, np.eye(D)[e]) for e in range(D)]
+    A = np.stack([A for _, _, A in parts])
+    return CompiledForm.from_dense(parts[0][0], parts[0][1], A, lik.K)
 
 
 def _cross(phi, dphi, ga, gb, s2e, a_has_dphi, b_has_dphi) -> np.ndarray:

@@ -365,18 +365,34 @@ class ODEModel:
         return all(sp.expand(e) == 0 for e in np.asarray(self._jacobians["f_pp"].tolist()).ravel())
 
     @cached_property
-    def _functions(self) -> dict[str, Callable]:
+    def _functions(self) -> dict[tuple[str, str], Callable]:
         return {}
 
-    def _compiled(self, which: str) -> Callable:
-        fn = self._functions.get(which)
+    def _compiled(self, which: str, style: str = "numpy") -> Callable:
+        fn = self._functions.get((which, style))
         if fn is None:
             entries = _codegen.nonzero_entries(
                 np.array(self._jacobians[which].tolist(), dtype=object)
             )
-            fn = _codegen.generate(f"_{which}", entries, t=self._t, u=self._u, p=self._p)
-            self._functions[which] = fn
+            fn = _codegen.generate(
+                f"_{which}", entries, t=self._t, u=self._u, p=self._p, style=style
+            )
+            if style == "loop":
+                import numba  # deferred: only the compiled likelihood needs it
+
+                fn = numba.njit(fn)
+            self._functions[(which, style)] = fn
         return fn
+
+    def numba_function(self, which: str) -> Callable:
+        """A numba-compiled ``fn(t, U, p, out)`` filling ``out`` (zeroed, shape (n, ...)).
+
+        ``which`` is one of ``"f", "f_u", "f_p", "f_up", "f_pp", "f_upp"`` (see :meth:`evaluate`);
+        ``out`` must be zero-initialised because structurally zero entries are not written.
+        """
+        if which not in self._jacobians:
+            raise ValueError(f"unknown derivative {which!r}")
+        return self._compiled(which, "loop")
 
     def _shape(self, which: str) -> tuple[int, ...]:
         D, J = self.n_states, self.n_params

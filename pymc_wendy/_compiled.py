@@ -1,0 +1,279 @@
+r"""The weak log-likelihood and its gradient compiled with numba (no Python in the hot path).
+
+These are the kernels the pytensor Op runs under the numba backend (nutpie, PyMC's NUTS, SMC,
+``find_MAP``). They implement the same formulas as :mod:`pymc_wendy.kernels` (see its module
+doc) and :mod:`pymc_wendy._linear`, which stay the readable numpy reference they are tested
+against. Two paths:
+
+* ``general``: builds ``L(p)``, ``S = L Sigma' L^T`` by a symmetric rank-k update (half the
+  flops of a matrix product), one Cholesky factorisation, and for the gradient one Cholesky
+  solve against ``L``.
+* ``linear``: linear-in-parameter models, ``S`` as a precomputed quadratic polynomial in ``p``
+  (optionally resolved per noise state so ``sigma`` can be a random variable), one Cholesky
+  factorisation, and for the gradient the Cholesky inverse.
+
+A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log-density
+``-inf``) and a zero gradient instead of raising, so a sampler rejects the point and goes on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numba
+import numpy as np
+
+from pymc_wendy import _lapack
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+@numba.njit(cache=True)
+def _all_finite(a: np.ndarray) -> bool:
+    for x in a.ravel():
+        if not np.isfinite(x):
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _logdet_quad(C: np.ndarray, r: np.ndarray, a: np.ndarray) -> float:
+    """``log det S + r^T S^{-1} r`` from the lower factor (F-ordered) and ``a = S^{-1} r``."""
+    n = r.size
+    logdet = 0.0
+    for i in range(n):
+        logdet += math.log(C[i, i])
+    return 2.0 * logdet + np.dot(r, a)
+
+
+@numba.njit(cache=True)
+def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
+    """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
+
+    ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
+    derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances.
+    """
+    K, M1 = phi.shape
+    D = F.shape[1]
+    J = Jp.shape[2]
+    n = K * D
+    gp = np.zeros(J)
+    gs = np.zeros(D)
+    if not (_all_finite(F) and _all_finite(Ju)):
+        return np.inf, gp, gs
+    s2 = (1.0 - ridge) * s2raw
+    phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
+    dphiT = dphi.T.copy()
+
+    PF = np.dot(phi, F)
+    r = np.empty(n)
+    for d in range(D):
+        for k in range(K):
+            r[d * K + k] = PF[k, d] + b[k, d]
+
+    # L and its noise-scaled copy, stored transposed so that .T is the F-ordered (n, D*M1)
+    LT = np.empty((D * M1, n))
+    LsT = np.empty((D * M1, n))
+    for e in range(D):
+        se = math.sqrt(s2[e])
+        for m in range(M1):
+            col = e * M1 + m
+            for d in range(D):
+                g = Ju[m, d, e]
+                for k in range(K):
+                    v = phiT[m, k] * g
+                    if d == e:
+                        v += dphiT[m, k]
+                    LT[col, d * K + k] = v
+                    LsT[col, d * K + k] = v * se
+
+    ST = np.empty((n, n))  # ST.T is the F-ordered S
+    _lapack.syrk_lower(LsT.T, ST.T)
+    for i in range(n):
+        ST[i, i] += ridge
+    if _lapack.potrf_lower(ST.T) != 0:
+        return np.inf, gp, gs
+    C = ST.T
+    aT = r.copy().reshape((1, n))
+    _lapack.potrs_lower(C, aT.T)
+    a = aT[0]
+    nll = 0.5 * (_logdet_quad(C, r, a) + n * _LOG_2PI)
+    if not want_grad:
+        return nll, gp, gs
+
+    YT = LT.copy()  # YT.T <- S^{-1} L
+    _lapack.potrs_lower(C, YT.T)
+    # B[d, m, e] = s2_e sum_k phi[k, m] (W L)[(d, k), (e, m)],  W L = S^{-1} L - a (L^T a)^T
+    for e in range(D):
+        for m in range(M1):
+            col = e * M1 + m
+            la = 0.0
+            for i in range(n):
+                la += LT[col, i] * a[i]
+            acc_s = 0.0
+            for d in range(D):
+                acc = 0.0
+                for k in range(K):
+                    i = d * K + k
+                    wl = YT[col, i] - a[i] * la
+                    acc += phiT[m, k] * wl
+                    acc_s += LT[col, i] * wl
+                Bdme = s2[e] * acc
+                for j in range(J):
+                    gp[j] += Bdme * Jup[m, d, e, j]
+            gs[e] += acc_s
+    for e in range(D):
+        gs[e] *= 0.5 * (1.0 - ridge)
+    # a^T dr/dp
+    Am = np.empty((K, D))
+    for d in range(D):
+        for k in range(K):
+            Am[k, d] = a[d * K + k]
+    PA = np.dot(phi.T, Am)  # (M1, D)
+    for m in range(M1):
+        for d in range(D):
+            for j in range(J):
+                gp[j] += PA[m, d] * Jp[m, d, j]
+    return nll, gp, gs
+
+
+@numba.njit(cache=True)
+def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_grad):
+    """Negative log-likelihood and gradients for linear-in-parameter models.
+
+    ``S`` is ``sum_{e, q} w_state[e] wpair[q] A[e, q] + ridge I`` over noise states ``e`` and
+    the P pairs ``q = (a <= b)`` of ``pt = (1, p)`` (row-major upper-triangle order), with
+    ``wpair[q] = pt_a pt_b``. Only the non-zero K x K blocks ``(d, d2)``, ``d >= d2``, of the
+    ``A[e, q]`` are stored, transposed: ``blocks[i].T`` is block ``(blk_d[i], blk_d2[i])`` of
+    ``A[blk_e[i], blk_q[i]]``. ``r(p) = r0 + G p``.
+    Returns ``(nll, grad_p, grad_w)`` with ``grad_w`` the gradient in ``w_state``.
+    """
+    nb, K, _ = blocks.shape
+    E = w_state.size
+    n = r0.size
+    J = p.size
+    P = (J + 1) * (J + 2) // 2
+    gp = np.zeros(J)
+    gw = np.zeros(E)
+    pt = np.empty(J + 1)
+    pt[0] = 1.0
+    pt[1:] = p
+    wpair = np.empty(P)
+    q = 0
+    for i in range(J + 1):
+        for j in range(i, J + 1):
+            wpair[q] = pt[i] * pt[j]
+            q += 1
+
+    ST = np.zeros((n, n))  # ST.T is the F-ordered S (lower triangle used)
+    for ib in range(nb):
+        w = w_state[blk_e[ib]] * wpair[blk_q[ib]]
+        if w == 0.0:
+            continue
+        r_off = blk_d[ib] * K
+        c_off = blk_d2[ib] * K
+        blk = blocks[ib]
+        for jj in range(K):
+            row = ST[c_off + jj]
+            bj = blk[jj]
+            for ii in range(K):
+                row[r_off + ii] += w * bj[ii]
+    for i in range(n):
+        ST[i, i] += ridge
+    r = r0 + np.dot(G, p)
+    if _lapack.potrf_lower(ST.T) != 0:
+        return np.inf, gp, gw
+    C = ST.copy().T  # keep the factor; ST is overwritten by the inverse below
+    aT = r.copy().reshape((1, n))
+    _lapack.potrs_lower(C, aT.T)
+    a = aT[0]
+    nll = 0.5 * (_logdet_quad(C, r, a) + n * _LOG_2PI)
+    if not want_grad:
+        return nll, gp, gw
+
+    if _lapack.potri_lower(ST.T) != 0:
+        return np.inf, gp, gw
+    for c in range(n):  # mirror: ST[c, r] (r > c) holds S^{-1}[r, c]
+        for rr in range(c + 1, n):
+            ST[rr, c] = ST[c, rr]
+    # T[e, q] = <W, A[e, q]> with W = S^{-1} - a a^T, block by block
+    T = np.zeros((E, P))
+    for ib in range(nb):
+        r_off = blk_d[ib] * K
+        c_off = blk_d2[ib] * K
+        blk = blocks[ib]
+        acc = 0.0
+        for jj in range(K):
+            row = ST[c_off + jj]
+            aj = a[c_off + jj]
+            bj = blk[jj]
+            for ii in range(K):
+                acc += (row[r_off + ii] - a[r_off + ii] * aj) * bj[ii]
+        T[blk_e[ib], blk_q[ib]] += acc if r_off == c_off else 2.0 * acc
+    gp += np.dot(G.T, a)
+    q = 0
+    for i in range(J + 1):
+        for j in range(i, J + 1):
+            for e in range(E):
+                tq = 0.5 * w_state[e] * T[e, q]
+                # d(pt_i pt_j)/dp: index 0 of pt is the constant 1
+                if i > 0:
+                    gp[i - 1] += tq * pt[j]
+                if j > 0:
+                    gp[j - 1] += tq * pt[i]
+                gw[e] += 0.5 * wpair[q] * T[e, q]
+            q += 1
+    return nll, gp, gw
+
+
+def make_kernel(lik, *, infer_sigma: bool, want_grad: bool) -> Callable:
+    """A numba function ``(p, sigma2) -> (nll, grad_p, grad_sigma2)`` bound to ``lik``'s data.
+
+    The data, test functions and (for linear-in-parameter models) the precomputed coefficient
+    matrices are frozen into the compiled function. With ``infer_sigma=False`` the ``sigma2``
+    argument is ignored and ``lik.sigma`` is used.
+    """
+    from pymc_wendy import _linear
+
+    form = _linear.form_for(lik, per_state=infer_sigma)
+    ridge = float(lik.ridge)
+    if form is not None:
+        blocks, be, bq, bd, bd2 = form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2
+        r0, G = form.r0, form.G
+        fixed_w = np.ones(1)
+        scale = 1.0 - ridge
+
+        @numba.njit
+        def linear_kernel(p, sigma2):
+            w = scale * sigma2 if infer_sigma else fixed_w
+            nll, gp, gw = linear(
+                blocks, be, bq, bd, bd2, r0, G, np.ascontiguousarray(p), w, ridge, want_grad
+            )
+            return nll, gp, gw * scale
+
+        return linear_kernel
+
+    model = lik.model
+    t = np.ascontiguousarray(lik.t)
+    X = np.ascontiguousarray(lik.X)
+    phi, dphi, b = lik.phi, lik.dphi, np.ascontiguousarray(lik.b)
+    M1, D, J = t.size, model.n_states, model.n_params
+    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
+    fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
+
+    @numba.njit
+    def general_kernel(p, sigma2):
+        p = np.ascontiguousarray(p)
+        F = f(t, X, p, np.zeros((M1, D)))
+        Ju = f_u(t, X, p, np.zeros((M1, D, D)))
+        if want_grad:
+            Jp = f_p(t, X, p, np.zeros((M1, D, J)))
+            Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
+        else:
+            Jp = np.zeros((M1, D, J))
+            Jup = np.zeros((M1, D, D, J))
+        s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
+        return general(phi, dphi, b, F, Ju, Jp, Jup, s2, ridge, want_grad)
+
+    return general_kernel

@@ -1,0 +1,202 @@
+r"""Reference WENDy weak negative log-likelihood as a plain pytensor graph.
+
+Used by the benchmarks to compare the hand-written numba Op against what pytensor does on its
+own: ``f`` and ``df/du`` are converted from the model's sympy expressions into pytensor
+expressions evaluated on the data (vectorised over the time points, no scan), ``S(p)`` is
+assembled densely, factorised with ``pt.linalg.cholesky`` and solved with
+``pt.linalg.solve_triangular``; every gradient comes from pytensor's autodiff.
+
+Notation and flattening as in :mod:`pymc_wendy.kernels` (state-major residual ``d*K + k``,
+noise columns ``e*(M+1) + m``)::
+
+    F[m, d]            = f_d(p, X[m], t[m])
+    r                  = vec_state_major(Phi F + b)
+    L[(d,k), (e,m)]    = Phi[k,m] df_d/du_e(p, X[m], t[m]) + dPhi[k,m] delta(d, e)
+    S                  = L diag((1 - ridge) sigma_e^2) L^T + ridge I
+    nll                = (log det S + r^T S^{-1} r + K D log 2 pi) / 2
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import sympy as sp
+
+__all__ = ["plain_logp_function", "plain_weak_nll", "sympy_to_pytensor"]
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+# sympy function class -> pytensor elementwise function
+_UNARY = {
+    sp.exp: pt.exp,
+    sp.log: pt.log,
+    sp.sin: pt.sin,
+    sp.cos: pt.cos,
+    sp.tan: pt.tan,
+    sp.asin: pt.arcsin,
+    sp.acos: pt.arccos,
+    sp.atan: pt.arctan,
+    sp.sinh: pt.sinh,
+    sp.cosh: pt.cosh,
+    sp.tanh: pt.tanh,
+    sp.asinh: pt.arcsinh,
+    sp.acosh: pt.arccosh,
+    sp.atanh: pt.arctanh,
+    sp.Abs: pt.abs,
+    sp.erf: pt.erf,
+    sp.erfc: pt.erfc,
+    sp.sign: pt.sign,
+}
+_RELATIONAL = {
+    sp.StrictLessThan: pt.lt,
+    sp.LessThan: pt.le,
+    sp.StrictGreaterThan: pt.gt,
+    sp.GreaterThan: pt.ge,
+    sp.Equality: pt.eq,
+    sp.Unequality: pt.neq,
+}
+
+
+def sympy_to_pytensor(expr: sp.Basic, env: dict, _cache: dict | None = None):
+    """Convert a sympy expression to a pytensor expression.
+
+    ``env`` maps sympy symbols to pytensor variables (or constants); unknown constructs raise
+    ``NotImplementedError`` so a silent mistranslation cannot happen.
+    """
+    cache = {} if _cache is None else _cache
+    if expr in cache:
+        return cache[expr]
+
+    def rec(e):
+        return sympy_to_pytensor(e, env, cache)
+
+    if expr in env:
+        out = env[expr]
+    elif expr is sp.true or expr is sp.S.true:
+        out = pt.constant(True)
+    elif expr is sp.false or expr is sp.S.false:
+        out = pt.constant(False)
+    elif expr.is_number and not expr.free_symbols:
+        value = complex(expr)
+        if value.imag != 0.0:
+            raise NotImplementedError(f"complex constant {expr} in a right-hand side")
+        out = pt.constant(value.real, dtype="float64")
+    elif isinstance(expr, sp.Symbol):
+        raise KeyError(f"no pytensor value for the symbol {expr}")
+    elif isinstance(expr, sp.Add):
+        out = functools.reduce(operator.add, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Mul):
+        out = functools.reduce(operator.mul, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Pow):
+        base, exponent = expr.args
+        if exponent == sp.Rational(1, 2):
+            out = pt.sqrt(rec(base))
+        elif exponent == -1:
+            out = 1.0 / rec(base)
+        elif exponent.is_Integer:
+            out = pt.pow(rec(base), int(exponent))
+        else:
+            out = pt.pow(rec(base), rec(exponent))
+    elif type(expr) in _UNARY:
+        out = _UNARY[type(expr)](rec(expr.args[0]))
+    elif isinstance(expr, sp.atan2):
+        out = pt.arctan2(rec(expr.args[0]), rec(expr.args[1]))
+    elif isinstance(expr, sp.Max):
+        out = functools.reduce(pt.maximum, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Min):
+        out = functools.reduce(pt.minimum, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Heaviside):
+        x = rec(expr.args[0])
+        h0 = rec(expr.args[1]) if len(expr.args) > 1 else pt.constant(0.5)
+        out = pt.switch(pt.gt(x, 0.0), 1.0, pt.switch(pt.lt(x, 0.0), 0.0, h0))
+    elif isinstance(expr, sp.Piecewise):
+        out = None
+        for value, cond in reversed(expr.args):
+            if out is None:
+                if cond not in (sp.true, True):
+                    raise NotImplementedError("Piecewise without a final 'True' branch")
+                out = rec(value)
+            else:
+                out = pt.switch(rec(cond), rec(value), out)
+    elif type(expr) in _RELATIONAL:
+        out = _RELATIONAL[type(expr)](rec(expr.args[0]), rec(expr.args[1]))
+    elif isinstance(expr, sp.And):
+        out = functools.reduce(pt.and_, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Or):
+        out = functools.reduce(pt.or_, [rec(a) for a in expr.args])
+    elif isinstance(expr, sp.Not):
+        out = pt.invert(rec(expr.args[0]))
+    else:
+        raise NotImplementedError(f"cannot convert {type(expr).__name__} ({expr}) to pytensor")
+    cache[expr] = out
+    return out
+
+
+def _on_grid(exprs, env: dict, cache: dict, n: int):
+    """Stack converted expressions into shape (n, len(exprs)), broadcasting constants."""
+    cols = [pt.broadcast_to(sympy_to_pytensor(e, env, cache), (n,)) for e in exprs]
+    return pt.stack(cols, axis=1)
+
+
+def plain_weak_nll(lik, p, sigma2=None):
+    """The weak negative log-likelihood of ``lik`` as a plain pytensor graph.
+
+    Parameters
+    ----------
+    lik : WeakLikelihood
+        Supplies the (possibly log-transformed) model, data ``X``, times, test functions,
+        ``b = dPhi X``, the noise level and the ridge.
+    p : pytensor vector, shape (J,)
+    sigma2 : pytensor vector, shape (D,), optional
+        Noise variances per state; defaults to the constant ``lik.sigma**2``.
+
+    Returns
+    -------
+    pytensor scalar: the negative log-likelihood (matches ``lik.nll(p, sigma)``).
+    """
+    model = lik.model
+    phi = np.asarray(lik.phi, dtype=float)
+    dphi = np.asarray(lik.dphi, dtype=float)
+    K, M1 = phi.shape
+    D = model.n_states
+    n = K * D
+    if sigma2 is None:
+        sigma2 = pt.constant(np.asarray(lik.sigma, dtype=float) ** 2)
+    p = pt.as_tensor_variable(p)
+    sigma2 = pt.as_tensor_variable(sigma2)
+
+    X = np.asarray(lik.X, dtype=float)
+    env = {model._t: pt.constant(np.asarray(lik.t, dtype=float))}
+    env |= {u: pt.constant(np.ascontiguousarray(X[:, d])) for d, u in enumerate(model._u)}
+    env |= {pj: p[j] for j, pj in enumerate(model._p)}
+    cache: dict = {}
+
+    F = _on_grid(model.expressions, env, cache, M1)  # (M1, D)
+    f_u = model._jacobians["f_u"]  # (D, D): [d, e]
+    Ju = pt.stack(  # (D, D, M1): [d, e, m]
+        [_on_grid([f_u[d, e] for e in range(D)], env, cache, M1).T for d in range(D)]
+    )
+
+    phi_c = pt.constant(phi)
+    r = (pt.dot(phi_c, F) + pt.constant(lik.b)).T.flatten()  # state-major
+    eye = np.eye(D)[:, None, :, None]  # [d, ., e, .]
+    L4 = phi_c[None, :, None, :] * Ju[:, None, :, :] + pt.constant(eye * dphi[None, :, None, :])
+    L = L4.reshape((n, D * M1))
+    s2 = (1.0 - lik.ridge) * sigma2
+    s2_cols = pt.repeat(s2, M1)  # column (e, m) -> s2[e]
+    S = pt.dot(L * s2_cols[None, :], L.T) + lik.ridge * pt.eye(n)
+    C = pt.linalg.cholesky(S, lower=True)
+    z = pt.linalg.solve_triangular(C, r, lower=True, b_ndim=1)
+    logdet = 2.0 * pt.sum(pt.log(pt.diagonal(C)))
+    return 0.5 * (logdet + pt.dot(z, z) + n * _LOG_2PI)
+
+
+def plain_logp_function(lik, mode=None):
+    """Compile ``p -> (nll, dnll/dp)`` from :func:`plain_weak_nll` (default pytensor mode)."""
+    p = pt.vector("p", dtype="float64")
+    nll = plain_weak_nll(lik, p)
+    return pytensor.function([p], [nll, pytensor.grad(nll, p)], mode=mode)

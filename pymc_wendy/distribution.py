@@ -24,11 +24,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 
+import numba
 import numpy as np
 import pytensor.tensor as pt
 from pymc.distributions.distribution import Distribution
 from pymc.logprob.abstract import _logprob
 from pytensor.graph.basic import Constant, Variable
+from pytensor.link.numba.dispatch.basic import numba_njit
+from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 from scipy.signal import savgol_filter
 
@@ -99,6 +103,20 @@ class WeakODERV(RandomVariable):
     def _supp_shape_from_params(self, dist_params, param_shapes=None):
         return (self.likelihood.t.size, self.likelihood.model.n_states)
 
+    def trajectory(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
+        """Noise-free solution at the data times, or NaN (with a warning) if the solve fails."""
+        lik = self.likelihood
+        try:
+            return solve(lik.base_model, p, u0, lik.t, **dict(self.solver))
+        except (SimulationError, ValueError) as exc:
+            warnings.warn(
+                f"predictive draw: the ODE solve failed for p = {np.array2string(p, precision=4)}"
+                f" ({exc}); the draw is NaN",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return np.full((lik.t.size, lik.model.n_states), np.nan)
+
     def rng_fn(self, rng, p, sigma, u0, size):
         lik = self.likelihood
         M1, D = lik.t.size, lik.model.n_states
@@ -107,25 +125,33 @@ class WeakODERV(RandomVariable):
             batch = tuple(size)
         p, sigma, u0 = (np.broadcast_to(a, (*batch, a.shape[-1])) for a in (p, sigma, u0))
         out = np.empty((*batch, M1, D))
-        opts = dict(self.solver)
-        failed = 0
         for idx in np.ndindex(*batch):
-            try:
-                U = solve(lik.base_model, p[idx], u0[idx], lik.t, **opts)
-            except (SimulationError, ValueError):
-                out[idx] = np.nan
-                failed += 1
-                continue
-            eps = rng.standard_normal((M1, D)) * sigma[idx]
-            out[idx] = U * np.exp(eps) if lik.noise == "lognormal" else U + eps
-        if failed:
-            warnings.warn(
-                f"the ODE solve failed for {failed} of {max(1, int(np.prod(batch)))} drawn "
-                "parameter sets; those draws are NaN",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            eps = rng.standard_normal((M1, D))
+            out[idx] = _add_noise(self.trajectory(p[idx], u0[idx]), eps, sigma[idx], lik.noise)
         return out
+
+
+def _add_noise(U: np.ndarray, eps: np.ndarray, sigma: np.ndarray, noise: str) -> np.ndarray:
+    return U * np.exp(eps * sigma) if noise == "lognormal" else U + eps * sigma
+
+
+@numba_core_rv_funcify.register(WeakODERV)
+def _numba_core_weak_ode(op, node):
+    # The ODE solve is scipy's, called through an explicit object-mode block: predictive
+    # sampling is not a hot path, and the random numbers stay on numba's generator.
+    M1, D = op.likelihood.t.size, op.likelihood.model.n_states
+    lognormal = op.likelihood.noise == "lognormal"
+
+    @numba_njit
+    def weak_ode_draw(rng, p, sigma, u0):
+        eps = rng.standard_normal((M1, D))
+        with numba.objmode(U="float64[:, :]"):
+            U = np.ascontiguousarray(op.trajectory(np.asarray(p), np.asarray(u0)))
+        if lognormal:
+            return U * np.exp(eps * sigma)
+        return U + eps * sigma
+
+    return weak_ode_draw
 
 
 class WeakODELikelihood(Distribution):
@@ -229,7 +255,7 @@ class WeakODELikelihood(Distribution):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
         model = likelihood.base_model
         M1, D = likelihood.t.size, model.n_states
-        if shape is not None and tuple(shape) != (M1, D):
+        if shape is not None and _static_shape(shape) not in (None, (M1, D)):
             raise ValueError(
                 f"the data have shape {(M1, D)} (time points x states) but shape {tuple(shape)} "
                 "was requested; batches of data sets are not supported"
@@ -281,6 +307,14 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
         linear=linear,
         max_precompute_bytes=budget,
     )
+
+
+def _static_shape(shape) -> tuple[int, ...] | None:
+    """``shape`` as integers, or None when some entry is symbolic (dims from coords)."""
+    try:
+        return tuple(int(pt.get_underlying_scalar_constant_value(s)) for s in shape)
+    except (TypeError, ValueError, NotScalarConstantError):
+        return None
 
 
 def _is_symbolic(x) -> bool:

@@ -36,6 +36,8 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 from scipy.signal import savgol_filter
 
+from pymc_wendy.estimators import weak_least_squares, wendy_mle
+from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.op import weak_loglik
@@ -184,6 +186,14 @@ class WeakODELikelihood(Distribution):
     solver : dict, optional
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
         :data:`DEFAULT_SOLVER`.
+    init : {"wendy", None}
+        ``"wendy"`` (default): set the initial values of the parameter variables to the
+        WENDy-MLE and of a random ``sigma`` to the data's noise estimate, where those are free
+        variables without a user-given ``initval`` and the values lie in their support.
+        Samplers then start (with their usual jitter) in the main basin of the weak
+        likelihood rather than at the prior's centre, from where chains can drift into
+        spurious "one equation is all noise" modes when ``sigma`` is inferred.
+        ``None``: leave initial values to PyMC.
     **kwargs
         ``dims``, ``rng`` and the other arguments of :class:`pymc.Distribution`.
     """
@@ -206,8 +216,11 @@ class WeakODELikelihood(Distribution):
         linear: str = "auto",
         max_precompute_bytes: int = 256 * 2**20,
         solver: Mapping | None = None,
+        init: str | None = "wendy",
         **kwargs,
     ):
+        if init not in ("wendy", None):
+            raise ValueError(f"init must be 'wendy' or None; got {init!r}")
         if observed is None:
             raise TypeError(
                 "WeakODELikelihood needs observed data: the weak likelihood is built from them "
@@ -224,7 +237,7 @@ class WeakODELikelihood(Distribution):
         likelihood = _likelihood(
             ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes
         )
-        return super().__new__(
+        rv = super().__new__(
             cls,
             name,
             likelihood=likelihood,
@@ -235,6 +248,9 @@ class WeakODELikelihood(Distribution):
             observed=likelihood.U,
             **kwargs,
         )
+        if init == "wendy":
+            _set_initial_values(likelihood, params, sigma)
+        return rv
 
     @classmethod
     def dist(
@@ -291,6 +307,63 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
             f"the value has shape {value.data.shape}; the likelihood was built for {lik.U.shape}"
         )
     return weak_loglik(lik, p, sigma if op.infer_sigma else None)
+
+
+def _set_initial_values(lik: WeakLikelihood, params, sigma) -> None:
+    """Initial values from the WENDy estimate for free parameter/noise variables (see ``init``)."""
+    import pymc as pm
+
+    model = pm.modelcontext(None)
+    J, D = lik.model.n_params, lik.model.n_states
+    if isinstance(params, Sequence) and not isinstance(params, str):
+        targets = [(v, slice(j, j + 1)) for j, v in enumerate(params)]
+    else:
+        targets = [(params, slice(0, J))]
+    if _is_symbolic(sigma):
+        targets.append((sigma, slice(J, J + D)))
+    targets = [
+        (v, sl)
+        for v, sl in targets
+        if v in model.free_RVs and model.rvs_to_initial_values.get(v) is None
+    ]
+    if not targets:
+        return
+    try:
+        guess = _initial_params(model, _params_vector(params, lik.base_model))
+        p_hat = wendy_mle(lik, weak_least_squares(lik, guess)).x
+        nll = lik.nll(p_hat)
+    except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+        return
+    if not np.isfinite(nll):
+        return
+    values = np.concatenate([p_hat, lik.sigma])
+    for v, sl in targets:
+        value = values[sl] if v.type.ndim == 1 else np.mean(values[sl])
+        if v.type.ndim > 1:
+            continue
+        # a value outside the support (a negative estimate under a positive prior) maps to a
+        # non-finite transformed value: leave that variable to PyMC
+        transform = model.rvs_to_transforms.get(v)
+        with np.errstate(all="ignore"):
+            z = (
+                value
+                if transform is None
+                else transform.forward(pt.as_tensor(value), *v.owner.inputs).eval()
+            )
+        if np.all(np.isfinite(z)):
+            model.set_initval(v, value)
+
+
+def _initial_params(model, p: pt.TensorVariable) -> np.ndarray:
+    """The parameter vector at the model's initial point (the start for nonlinear models)."""
+    import pytensor
+
+    [p_values] = model.replace_rvs_by_values([p])
+    fn = pytensor.function(
+        model.value_vars, p_values, on_unused_input="ignore", mode="FAST_COMPILE"
+    )
+    point = model.initial_point()
+    return np.asarray(fn(*(point[v.name] for v in model.value_vars)), dtype=float)
 
 
 def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget):

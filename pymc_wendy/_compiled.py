@@ -60,7 +60,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
     n = K * D
     gp = np.zeros(J)
     gs = np.zeros(D)
-    if not (_all_finite(F) and _all_finite(Ju)):
+    if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
     s2 = (1.0 - ridge) * s2raw
     phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
@@ -156,6 +156,8 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_g
     P = (J + 1) * (J + 2) // 2
     gp = np.zeros(J)
     gw = np.zeros(E)
+    if not (_all_finite(p) and _all_finite(w_state)) or np.any(w_state < 0.0):
+        return np.inf, gp, gw
     pt = np.empty(J + 1)
     pt[0] = 1.0
     pt[1:] = p

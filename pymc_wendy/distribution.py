@@ -40,7 +40,7 @@ from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
-from pymc_wendy.op import weak_loglik
+from pymc_wendy.op import _noise_scale_vector, weak_loglik
 from pymc_wendy.problems import SimulationError, solve
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
@@ -281,10 +281,7 @@ class WeakODELikelihood(Distribution):
         p = _params_vector(params, model)
         infer_sigma = _is_symbolic(sigma)
         if infer_sigma:
-            sig = pt.as_tensor_variable(sigma).astype("float64")
-            if sig.type.ndim > 1 or (sig.type.ndim == 1 and sig.type.shape[0] not in (None, 1, D)):
-                raise ValueError(f"sigma must be a scalar or have {D} entries; got {sig.type}")
-            sig = pt.broadcast_to(sig, (D,))
+            sig = _noise_scale_vector(sigma, D)
         else:
             sig = pt.constant(likelihood.sigma, dtype="float64")
         if u0 is None:

@@ -139,9 +139,18 @@ def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:
     """
     if sigma is None:
         return WeakLogLikelihoodOp(likelihood, infer_sigma=False)(p)[0]
-    D = likelihood.model.n_states
-    sigma2 = pt.broadcast_to(pt.as_tensor_variable(sigma).astype("float64") ** 2, (D,))
-    return WeakLogLikelihoodOp(likelihood, infer_sigma=True)(p, sigma2)[0]
+    sigma = _noise_scale_vector(sigma, likelihood.model.n_states)
+    return WeakLogLikelihoodOp(likelihood, infer_sigma=True)(p, sigma**2)[0]
+
+
+def _noise_scale_vector(sigma, D: int) -> pt.TensorVariable:
+    """A scalar or (D,) noise scale as a (D,) float64 tensor, with a clear error otherwise."""
+    sig = pt.as_tensor_variable(sigma).astype("float64")
+    if sig.type.ndim > 1 or (sig.type.ndim == 1 and sig.type.shape[0] not in (None, 1, D)):
+        raise ValueError(
+            f"sigma must be a scalar or a vector of length {D} (one per state); got {sig.type}"
+        )
+    return pt.broadcast_to(sig, (D,))
 
 
 @register_specialize
@@ -180,3 +189,9 @@ def _numba_funcify(op, node=None, **kwargs):
         return np.array(-nll), -gp
 
     return weak_loglik_fixed, None
+
+
+try:  # optional JAX backend: registers jax_funcify for the Op when jax is installed
+    from pymc_wendy import _jax  # noqa: F401
+except ImportError:
+    pass

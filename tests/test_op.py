@@ -1,0 +1,163 @@
+"""The pytensor Op: compiled kernels against the numpy reference, verify_grad, native numba."""
+
+import warnings
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+from pymc_wendy import _compiled
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.problems import get_problem
+
+CASES = [
+    ("logistic", "normal"),
+    ("lotka_volterra", "normal"),
+    ("lotka_volterra", "lognormal"),
+    ("fitzhugh_nagumo", "normal"),
+    ("hindmarsh_rose", "normal"),
+    ("goodwin_2d", "normal"),  # not linear in the parameters: general path only
+    ("sir_tdi", "lognormal"),
+]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{n}-{z}" for n, z in CASES])
+def case(request):
+    name, noise = request.param
+    prob = get_problem(name)
+    data = prob.simulate(n_points=129, noise_ratio=0.05, noise=noise, seed=3)
+    lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise)
+    rng = np.random.default_rng(4)
+    p = data.p_true * (1 + 0.02 * rng.standard_normal(data.p_true.size))
+    return lik, p
+
+
+KERNEL_CASES = [
+    (name, noise, linear, infer)
+    for name, noise in [("lotka_volterra", "lognormal"), ("fitzhugh_nagumo", "normal")]
+    for linear in ["auto", "general"]
+    for infer in [False, True]
+] + [("goodwin_2d", "normal", "auto", infer) for infer in [False, True]]
+
+
+@pytest.mark.parametrize(("name", "noise", "linear", "infer_sigma"), KERNEL_CASES)
+def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigma):
+    prob = get_problem(name)
+    data = prob.simulate(n_points=129, noise_ratio=0.05, noise=noise, seed=3)
+    lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise, linear=linear)
+    p = data.p_true * 1.02
+    s2 = (1.3 * lik.sigma) ** 2
+    kernel = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
+    nll, gp, gs = kernel(p, s2)
+    if infer_sigma:
+        ref, ref_gp, ref_gs = lik.nll_grad_sigma2(p, np.sqrt(s2))
+        np.testing.assert_allclose(gs, ref_gs, rtol=1e-7, atol=1e-9 * np.abs(ref_gs).max())
+    else:
+        ref, ref_gp = lik.nll_grad(p)
+    assert nll == pytest.approx(ref, rel=1e-10)
+    np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
+    if infer_sigma:
+        value_only = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
+        assert value_only(p, s2)[0] == pytest.approx(nll, rel=1e-12)
+
+
+def _verify_grad(lik, p, mode):
+    rng = np.random.default_rng(5)
+    # relative coordinates keep finite differences well scaled for parameters of any size
+    pytensor.gradient.verify_grad(
+        lambda x: weak_loglik(lik, p * (1 + x)), [np.zeros_like(p)], rng=rng, mode=mode
+    )
+    s = lik.sigma
+    pytensor.gradient.verify_grad(
+        lambda x, z: weak_loglik(lik, p * (1 + x), s * (1.2 + z)),
+        [np.zeros_like(p), np.zeros_like(s)],
+        rng=rng,
+        mode=mode,
+    )
+
+
+def test_verify_grad_parameters_and_noise_scales(case):
+    # the pullback wiring is backend-independent; the Python path compiles in milliseconds
+    _verify_grad(*case, mode="FAST_COMPILE")
+
+
+@pytest.mark.parametrize("name", ["goodwin_2d"])
+def test_verify_grad_native_numba(name):
+    prob = get_problem(name)
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=3)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    _verify_grad(lik, data.p_true * 1.01, mode=None)
+
+
+def test_numba_and_python_implementations_agree(case):
+    lik, p = case
+    x, s = pt.dvector("p"), pt.dvector("sigma")
+    out = weak_loglik(lik, x, s)
+    grads = pytensor.grad(out, [x, s])
+    args = (p, 0.9 * lik.sigma)
+    native = pytensor.function([x, s], [out, *grads])(*args)
+    python = pytensor.function([x, s], [out, *grads], mode="FAST_COMPILE")(*args)
+    for a, b in zip(native, python, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-8, atol=1e-10 * np.abs(b).max())
+
+
+def test_value_and_gradient_share_one_node_and_value_only_is_rewritten():
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    x = pt.dvector("p")
+    out = weak_loglik(lik, x)
+    both = pytensor.function([x], [out, pytensor.grad(out, x)])
+    nodes = [n for n in both.maker.fgraph.apply_nodes if isinstance(n.op, WeakLogLikelihoodOp)]
+    assert len(nodes) == 1 and nodes[0].op.compute_grad
+    value = pytensor.function([x], out)
+    nodes = [n for n in value.maker.fgraph.apply_nodes if isinstance(n.op, WeakLogLikelihoodOp)]
+    assert len(nodes) == 1 and not nodes[0].op.compute_grad
+    assert value(data.p_true) == pytest.approx(both(data.p_true)[0], rel=1e-12)
+
+
+def test_no_object_mode_fallback_warning():
+    prob = get_problem("fitzhugh_nagumo")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    x, s = pt.dvector("p"), pt.dvector("sigma")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for out, ins in [(weak_loglik(lik, x), [x]), (weak_loglik(lik, x, s), [x, s])]:
+            f = pytensor.function(ins, [out, *pytensor.grad(out, ins)])
+            f(data.p_true, *([lik.sigma] if len(ins) == 2 else []))
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "object mode" in m.lower()], messages
+
+
+def test_undefined_points_give_minus_infinity_not_exceptions():
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, noise="lognormal", seed=1)
+    # zero ridge, so zero noise makes S(p) exactly singular
+    lik = WeakLikelihood(prob.model, data.t, data.U, noise="lognormal", ridge=0.0)
+    x, s = pt.dvector("p"), pt.dvector("sigma")
+    out = weak_loglik(lik, x, s)
+    for mode in [None, "FAST_COMPILE"]:
+        f = pytensor.function([x, s], [out, *pytensor.grad(out, [x, s])], mode=mode)
+        value, gp, gs = f(data.p_true, np.zeros(2))
+        assert value == -np.inf and np.all(gp == 0) and np.all(gs == 0)
+        value, gp, gs = f(np.array([np.nan, 1.0, 1.0, 1.0]), lik.sigma)
+        assert value == -np.inf and np.all(np.isfinite(gp))
+        value, gp, gs = f(data.p_true, -lik.sigma)  # sigma enters squared: still defined
+        assert np.isfinite(value)
+
+
+def test_op_rejects_wrong_input_shapes():
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    with pytest.raises(ValueError, match="vector of length 4"):
+        WeakLogLikelihoodOp(lik, infer_sigma=False)(pt.dmatrix())
+    with pytest.raises(ValueError, match="vector of length 4"):
+        WeakLogLikelihoodOp(lik, infer_sigma=False)(pt.tensor(shape=(3,)))
+    with pytest.raises(ValueError, match="sigma2"):
+        WeakLogLikelihoodOp(lik, infer_sigma=True)(pt.dvector())
+    with pytest.raises(ValueError, match="length 2"):
+        weak_loglik(lik, pt.dvector(), pt.tensor(shape=(3,)))

@@ -6,6 +6,12 @@ expressions evaluated on the data (vectorised over the time points, no scan), ``
 assembled densely, factorised with ``pt.linalg.cholesky`` and solved with
 ``pt.linalg.solve_triangular``; every gradient comes from pytensor's autodiff.
 
+The data enter as constants by default (``data="constant"``): pytensor sees every size and can
+fold data-only terms, but the numba backend embeds the arrays in the generated code, so each
+graph compiles for ~20 s and is never cached on disk. ``data="shared"`` keeps the data, noise
+level and sizes symbolic: the compiled graph is cached on disk and reused for any data set of
+the same model. Run times per evaluation were the same within timing noise (FHN, 513 points).
+
 Notation and flattening as in :mod:`pymc_wendy.kernels` (state-major residual ``d*K + k``,
 noise columns ``e*(M+1) + m``)::
 
@@ -20,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import operator
+from typing import Literal
 
 import numpy as np
 import pytensor
@@ -142,7 +149,7 @@ def _on_grid(exprs, env: dict, cache: dict, n: int):
     return pt.stack(cols, axis=1)
 
 
-def plain_weak_nll(lik, p, sigma2=None):
+def plain_weak_nll(lik, p, sigma2=None, *, data: Literal["constant", "shared"] = "constant"):
     """The weak negative log-likelihood of ``lik`` as a plain pytensor graph.
 
     Parameters
@@ -152,26 +159,40 @@ def plain_weak_nll(lik, p, sigma2=None):
         ``b = dPhi X``, the noise level and the ridge.
     p : pytensor vector, shape (J,)
     sigma2 : pytensor vector, shape (D,), optional
-        Noise variances per state; defaults to the constant ``lik.sigma**2``.
+        Noise variances per state; defaults to ``lik.sigma**2`` (entering like the data).
+    data : {"constant", "shared"}
+        How the data arrays (``t``, ``X``, ``Phi``, ``dPhi``, ``b``) enter the graph: as
+        constants (slow, uncacheable numba compilation) or as shared variables with symbolic
+        sizes (numba-cacheable); see the module doc.
 
     Returns
     -------
     pytensor scalar: the negative log-likelihood (matches ``lik.nll(p, sigma)``).
     """
+    if data not in ("shared", "constant"):
+        raise ValueError(f"data must be 'shared' or 'constant'; got {data!r}")
+
+    def array(x):
+        x = np.ascontiguousarray(x, dtype=float)
+        return pytensor.shared(x) if data == "shared" else pt.constant(x)
+
     model = lik.model
-    phi = np.asarray(lik.phi, dtype=float)
-    dphi = np.asarray(lik.dphi, dtype=float)
-    K, M1 = phi.shape
     D = model.n_states
+    X = np.asarray(lik.X, dtype=float)
+    dphi = np.asarray(lik.dphi, dtype=float)
+    phi = array(lik.phi)
+    # Sizes are taken from the data variables, not Python ints: with shared data they stay
+    # symbolic, so no size-dependent constants (eye(KD), masks in the Cholesky gradient) get
+    # folded into the graph, which numba would embed as large uncacheable globals.
+    K, M1 = phi.shape[0], phi.shape[1]
     n = K * D
     if sigma2 is None:
-        sigma2 = pt.constant(np.asarray(lik.sigma, dtype=float) ** 2)
+        sigma2 = array(np.asarray(lik.sigma, dtype=float) ** 2)
     p = pt.as_tensor_variable(p)
     sigma2 = pt.as_tensor_variable(sigma2)
 
-    X = np.asarray(lik.X, dtype=float)
-    env = {model._t: pt.constant(np.asarray(lik.t, dtype=float))}
-    env |= {u: pt.constant(np.ascontiguousarray(X[:, d])) for d, u in enumerate(model._u)}
+    env = {model._t: array(lik.t)}
+    env |= {u: array(X[:, d]) for d, u in enumerate(model._u)}
     env |= {pj: p[j] for j, pj in enumerate(model._p)}
     cache: dict = {}
 
@@ -181,10 +202,9 @@ def plain_weak_nll(lik, p, sigma2=None):
         [_on_grid([f_u[d, e] for e in range(D)], env, cache, M1).T for d in range(D)]
     )
 
-    phi_c = pt.constant(phi)
-    r = (pt.dot(phi_c, F) + pt.constant(lik.b)).T.flatten()  # state-major
+    r = (pt.dot(phi, F) + array(lik.b)).T.flatten()  # state-major
     eye = np.eye(D)[:, None, :, None]  # [d, ., e, .]
-    L4 = phi_c[None, :, None, :] * Ju[:, None, :, :] + pt.constant(eye * dphi[None, :, None, :])
+    L4 = phi[None, :, None, :] * Ju[:, None, :, :] + array(eye * dphi[None, :, None, :])
     L = L4.reshape((n, D * M1))
     s2 = (1.0 - lik.ridge) * sigma2
     s2_cols = pt.repeat(s2, M1)  # column (e, m) -> s2[e]
@@ -195,8 +215,8 @@ def plain_weak_nll(lik, p, sigma2=None):
     return 0.5 * (logdet + pt.dot(z, z) + n * _LOG_2PI)
 
 
-def plain_logp_function(lik, mode=None):
+def plain_logp_function(lik, mode=None, data: Literal["constant", "shared"] = "constant"):
     """Compile ``p -> (nll, dnll/dp)`` from :func:`plain_weak_nll` (default pytensor mode)."""
     p = pt.vector("p", dtype="float64")
-    nll = plain_weak_nll(lik, p)
+    nll = plain_weak_nll(lik, p, data=data)
     return pytensor.function([p], [nll, pytensor.grad(nll, p)], mode=mode)

@@ -2,13 +2,18 @@
 
 The data flow is one way: an :class:`ODEModel` and data -> test functions
 (:func:`build_test_functions`) -> likelihood kernels -> :class:`WeakLikelihood`
-(value, gradient, Hessian, estimator covariances) -> estimators and samplers.
+(value, gradient, Hessian, estimator covariances) -> the pytensor Op
+(:class:`WeakLogLikelihoodOp`) -> the PyMC distribution (:class:`WeakODELikelihood`) ->
+estimators and samplers.
 """
 
+from pymc_wendy.distribution import WeakODELikelihood, estimate_initial_state
+from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
+from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
 from pymc_wendy.problems import (
     PROBLEMS,
     Problem,
@@ -17,6 +22,7 @@ from pymc_wendy.problems import (
     list_problems,
     simulate,
 )
+from pymc_wendy.sampling import initial_values, sample
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
 
 __version__ = "0.1.0.dev0"
@@ -32,9 +38,17 @@ __all__ = [
     "TestFunctions",
     "WeakLikelihood",
     "WeakLikelihoodError",
+    "WeakLogLikelihoodOp",
+    "WeakODELikelihood",
     "build_test_functions",
+    "estimate_initial_state",
     "estimate_noise",
     "get_problem",
+    "initial_values",
     "list_problems",
+    "sample",
     "simulate",
+    "weak_least_squares",
+    "weak_loglik",
+    "wendy_mle",
 ]

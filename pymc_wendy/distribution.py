@@ -34,7 +34,7 @@ from pytensor.link.numba.dispatch.basic import numba_njit
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
-from scipy.signal import savgol_filter
+from scipy import optimize
 
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.kernels import WeakLikelihoodError
@@ -45,35 +45,54 @@ from pymc_wendy.problems import SimulationError, solve
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
-#: Solver settings for predictive draws: LSODA switches to a stiff method by itself, and the
-#: tolerances are far below any noise level while keeping thousands of solves affordable.
-DEFAULT_SOLVER: dict = {"method": "LSODA", "rtol": 1e-7, "atol": 1e-9, "max_nfev": 200_000}
+#: Solver settings for predictive draws: LSODA switches to a stiff method by itself, the
+#: tolerances are far below any noise level, and the evaluation cap ends solves from wild
+#: parameter draws (blow-up) in a fraction of a second instead of seconds.
+DEFAULT_SOLVER: dict = {"method": "LSODA", "rtol": 1e-7, "atol": 1e-9, "max_nfev": 20_000}
 
 
-def estimate_initial_state(t, U, noise: Noise = "normal", window: int | None = None) -> np.ndarray:
-    """Initial state ``u(t_0)`` estimated from noisy data by a local quadratic fit.
+def estimate_initial_state(
+    likelihood: WeakLikelihood, p=None, *, solver: Mapping | None = None
+) -> np.ndarray:
+    """Initial state ``u(t_0)`` fitted to the data with the parameters held at ``p``.
 
-    A Savitzky-Golay fit (polynomial order 2) over the first ``window`` points, evaluated at
-    ``t_0``; on the log scale for log-normal noise so the estimate stays positive.
-    ``window`` defaults to ``clip(n // 20, 7, 31)`` (odd), a short stretch over which a
-    smooth trajectory is well approximated by a parabola while the noise averages out.
+    Least squares between the ODE solution from ``u0`` and the first quarter of the data (at
+    least 10 points; on the log scale for log-normal noise), over ``u0`` only, started from a
+    local quadratic fit to the first points. ``p`` defaults to the WENDy-MLE. The weak
+    likelihood does not involve ``u0``; this is only for simulating predictive trajectories.
+    If the fit fails, the local quadratic fit is returned.
     """
-    U = np.asarray(U, dtype=float)
-    n = U.shape[0]
-    if window is None:
-        window = int(np.clip(n // 20, 7, 31))
-    window = min(window, n - (1 - n % 2))  # odd and at most n
-    window += 1 - window % 2
-    if window < 3:
-        return U[0].copy()
-    X = np.log(U) if noise == "lognormal" else U
-    # savgol assumes uniform spacing; on a grid that is not, fit the parabola in t directly
-    tt = np.asarray(t, dtype=float)[:window]
-    if np.allclose(np.diff(tt), tt[1] - tt[0], rtol=1e-6):
-        x0 = savgol_filter(X[:window], window, 2, axis=0, mode="interp")[0]
-    else:
-        V = np.vander(tt - tt[0], 3)
-        x0 = np.linalg.lstsq(V, X[:window], rcond=None)[0][-1]
+    lik = likelihood
+    X, t = lik.X, lik.t
+    start = _local_quadratic_start(t, X)
+    if p is None:
+        try:
+            p = wendy_mle(lik, weak_least_squares(lik)).x
+        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+            return _from_log(start, lik.noise)
+    n = max(10, t.size // 4)
+    opts = {**DEFAULT_SOLVER, **(solver or {})}
+
+    def residual(x0):
+        try:
+            U = solve(lik.base_model, p, _from_log(x0, lik.noise), t[:n], **opts)
+        except (SimulationError, ValueError):
+            return np.full(n * X.shape[1], 1e6)
+        Z = np.log(np.maximum(U, 1e-300)) if lik.noise == "lognormal" else U
+        return (Z - X[:n]).ravel()
+
+    fit = optimize.least_squares(residual, start, x_scale="jac")
+    return _from_log(fit.x if fit.success else start, lik.noise)
+
+
+def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Value at ``t_0`` of a parabola fitted to the first ``clip(n // 20, 7, 31)`` points."""
+    n = min(max(7, min(t.size // 20, 31)), t.size)
+    V = np.vander(t[:n] - t[0], 3)
+    return np.linalg.lstsq(V, X[:n], rcond=None)[0][-1]
+
+
+def _from_log(x0: np.ndarray, noise: str) -> np.ndarray:
     return np.exp(x0) if noise == "lognormal" else x0
 
 
@@ -106,8 +125,15 @@ class WeakODERV(RandomVariable):
         return (self.likelihood.t.size, self.likelihood.model.n_states)
 
     def trajectory(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
-        """Noise-free solution at the data times, or NaN (with a warning) if the solve fails."""
+        """Noise-free solution at the data times, or NaN (with a warning) if the solve fails.
+
+        A NaN ``u0`` stands for "estimate it": :func:`estimate_initial_state`, computed once.
+        """
         lik = self.likelihood
+        if np.any(np.isnan(u0)):
+            if getattr(self, "_u0", None) is None:
+                self._u0 = estimate_initial_state(lik, solver=dict(self.solver))
+            u0 = self._u0
         try:
             return solve(lik.base_model, p, u0, lik.t, **dict(self.solver))
         except (SimulationError, ValueError) as exc:
@@ -180,20 +206,12 @@ class WeakODELikelihood(Distribution):
         Additive Gaussian noise or multiplicative log-normal noise.
     u0 : None, array of shape (D,), or tensor
         Initial state used only for predictive draws (the weak likelihood does not depend on
-        it). ``None``: :func:`estimate_initial_state` from the data.
+        it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw).
     test_functions, ridge, linear, max_precompute_bytes
         Passed to :class:`pymc_wendy.WeakLikelihood`.
     solver : dict, optional
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
         :data:`DEFAULT_SOLVER`.
-    init : {"wendy", None}
-        ``"wendy"`` (default): set the initial values of the parameter variables to the
-        WENDy-MLE and of a random ``sigma`` to the data's noise estimate, where those are free
-        variables without a user-given ``initval`` and the values lie in their support.
-        Samplers then start (with their usual jitter) in the main basin of the weak
-        likelihood rather than at the prior's centre, from where chains can drift into
-        spurious "one equation is all noise" modes when ``sigma`` is inferred.
-        ``None``: leave initial values to PyMC.
     **kwargs
         ``dims``, ``rng`` and the other arguments of :class:`pymc.Distribution`.
     """
@@ -216,11 +234,8 @@ class WeakODELikelihood(Distribution):
         linear: str = "auto",
         max_precompute_bytes: int = 256 * 2**20,
         solver: Mapping | None = None,
-        init: str | None = "wendy",
         **kwargs,
     ):
-        if init not in ("wendy", None):
-            raise ValueError(f"init must be 'wendy' or None; got {init!r}")
         if observed is None:
             raise TypeError(
                 "WeakODELikelihood needs observed data: the weak likelihood is built from them "
@@ -248,8 +263,8 @@ class WeakODELikelihood(Distribution):
             observed=likelihood.U,
             **kwargs,
         )
-        if init == "wendy":
-            _set_initial_values(likelihood, params, sigma)
+        # what pymc_wendy.initial_values needs to map the WENDy estimate to model variables
+        rv.tag.wendy = (likelihood, params, sigma)
         return rv
 
     @classmethod
@@ -285,12 +300,13 @@ class WeakODELikelihood(Distribution):
         else:
             sig = pt.constant(likelihood.sigma, dtype="float64")
         if u0 is None:
-            u0 = estimate_initial_state(likelihood.t, likelihood.U, likelihood.noise)
+            u0 = np.full(D, np.nan)  # estimated on the first draw (see trajectory)
         u0 = pt.as_tensor_variable(u0).astype("float64")
         if u0.type.ndim != 1 or u0.type.shape[0] not in (None, D):
             raise ValueError(f"u0 must have {D} entries (one per state); got {u0.type}")
         solver_items = tuple(sorted({**DEFAULT_SOLVER, **(solver or {})}.items()))
         op = WeakODERV(likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items)
+        kwargs.setdefault("rng", pt.random.shared_rng(seed=None))
         next_rng, rv = op(p, sig, u0, return_next_rng=True, **kwargs)
         return (next_rng, rv) if return_next_rng else rv
 
@@ -304,63 +320,6 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
             f"the value has shape {value.data.shape}; the likelihood was built for {lik.U.shape}"
         )
     return weak_loglik(lik, p, sigma if op.infer_sigma else None)
-
-
-def _set_initial_values(lik: WeakLikelihood, params, sigma) -> None:
-    """Initial values from the WENDy estimate for free parameter/noise variables (see ``init``)."""
-    import pymc as pm
-
-    model = pm.modelcontext(None)
-    J, D = lik.model.n_params, lik.model.n_states
-    if isinstance(params, Sequence) and not isinstance(params, str):
-        targets = [(v, slice(j, j + 1)) for j, v in enumerate(params)]
-    else:
-        targets = [(params, slice(0, J))]
-    if _is_symbolic(sigma):
-        targets.append((sigma, slice(J, J + D)))
-    targets = [
-        (v, sl)
-        for v, sl in targets
-        if v in model.free_RVs and model.rvs_to_initial_values.get(v) is None
-    ]
-    if not targets:
-        return
-    try:
-        guess = _initial_params(model, _params_vector(params, lik.base_model))
-        p_hat = wendy_mle(lik, weak_least_squares(lik, guess)).x
-        nll = lik.nll(p_hat)
-    except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-        return
-    if not np.isfinite(nll):
-        return
-    values = np.concatenate([p_hat, lik.sigma])
-    for v, sl in targets:
-        value = values[sl] if v.type.ndim == 1 else np.mean(values[sl])
-        if v.type.ndim > 1:
-            continue
-        # a value outside the support (a negative estimate under a positive prior) maps to a
-        # non-finite transformed value: leave that variable to PyMC
-        transform = model.rvs_to_transforms.get(v)
-        with np.errstate(all="ignore"):
-            z = (
-                value
-                if transform is None
-                else transform.forward(pt.as_tensor(value), *v.owner.inputs).eval()
-            )
-        if np.all(np.isfinite(z)):
-            model.set_initval(v, value)
-
-
-def _initial_params(model, p: pt.TensorVariable) -> np.ndarray:
-    """The parameter vector at the model's initial point (the start for nonlinear models)."""
-    import pytensor
-
-    [p_values] = model.replace_rvs_by_values([p])
-    fn = pytensor.function(
-        model.value_vars, p_values, on_unused_input="ignore", mode="FAST_COMPILE"
-    )
-    point = model.initial_point()
-    return np.asarray(fn(*(point[v.name] for v in model.value_vars)), dtype=float)
 
 
 def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget):

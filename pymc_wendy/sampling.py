@@ -1,37 +1,120 @@
-"""``pymc_wendy.sample``: ``pm.sample`` with the settings weak likelihoods need.
+"""Starting points and ``pymc_wendy.sample``: ``pm.sample`` with what weak likelihoods need.
 
-Two things differ from ``pm.sample``'s defaults, both for measured reasons (``docs/pymc.md``):
+:func:`initial_values` maps the WENDy-MLE of every :class:`~pymc_wendy.WeakODELikelihood` in a
+model (and its noise estimate, for a random ``sigma``) onto the free variables they depend on.
+They are returned, not stored as the variables' ``initval``: ``pm.sample_smc`` starts *all*
+particles at a variable's ``initval``, which would collapse its population.
 
+:func:`sample` differs from ``pm.sample``'s defaults in three ways, for measured reasons
+(``docs/pymc.md``):
+
+* **It starts at** :func:`initial_values` and does not jitter those variables. The weak
+  posterior is typically orders of magnitude narrower than the ``U(-1, 1)`` jitter PyMC adds;
+  when ``sigma`` is inferred, a start that far out can send a chain into a spurious local mode
+  in which one equation is explained as pure noise (about 550 log-density units below the main
+  mode on Lotka-Volterra, but a trap for a gradient sampler). Starting all chains at one point
+  weakens what R-hat can detect; for multimodal problems use tempering or ``pm.sample_smc``.
 * **One BLAS thread per chain.** The likelihood's cost is Cholesky factorisations of
   K D x K D matrices; with chains already running in parallel, a multi-threaded BLAS
   oversubscribes the cores (1.2-2x slower per evaluation on a 2-core machine).
-* **No start jitter for variables with an explicit initial value** (the WENDy-MLE set by
-  ``WeakODELikelihood(init="wendy")``, or the user's). The weak posterior is typically orders
-  of magnitude narrower than the ``U(-1, 1)`` jitter PyMC adds; when ``sigma`` is inferred, a
-  start that far out can send a chain into a spurious local mode in which one equation is
-  explained as pure noise (about 550 log-density units below the main mode on Lotka-Volterra,
-  but a trap for a gradient sampler). Variables without an explicit initial value keep the
-  jitter. Starting all chains at one point weakens what R-hat can detect; for genuinely
-  multimodal problems use :func:`pymc_wendy.sample_sft` or ``pm.sample_smc``.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import pymc as pm
+import pytensor
+import pytensor.tensor as pt
 from threadpoolctl import threadpool_limits
 
-__all__ = ["sample"]
+from pymc_wendy.distribution import _is_symbolic, _params_vector
+from pymc_wendy.estimators import weak_least_squares, wendy_mle
+from pymc_wendy.kernels import WeakLikelihoodError
+
+__all__ = ["initial_values", "sample"]
+
+
+def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
+    """WENDy-MLE starting values for the free variables behind each weak likelihood.
+
+    For every :class:`~pymc_wendy.WeakODELikelihood` whose ``params`` is a free vector variable
+    or a list of free scalar variables, the WENDy-MLE (weak least squares, then trust-region
+    Newton, started from the model's initial point) is mapped onto them; a free ``sigma``
+    variable gets the data's noise estimate. Values outside a variable's support (a negative
+    estimate under a positive prior) are left out, and so is everything if the estimate fails.
+
+    Returns
+    -------
+    dict
+        ``{variable name: value}`` on the original (untransformed) scale, ready for
+        ``pm.sample(initvals=...)`` or ``pm.find_MAP(initvals=...)``.
+    """
+    model = pm.modelcontext(model)
+    values: dict[str, np.ndarray] = {}
+    for rv in model.observed_RVs:
+        spec = getattr(rv.tag, "wendy", None)
+        if spec is not None:
+            values.update(_values_for(model, *spec))
+    return values
+
+
+def _values_for(model: pm.Model, lik, params, sigma) -> dict[str, np.ndarray]:
+    J, D = lik.model.n_params, lik.model.n_states
+    if isinstance(params, list | tuple):
+        targets = [(v, slice(j, j + 1)) for j, v in enumerate(params)]
+    else:
+        targets = [(params, slice(0, J))]
+    if _is_symbolic(sigma):
+        targets.append((sigma, slice(J, J + D)))
+    targets = [(v, sl) for v, sl in targets if v in model.free_RVs and v.type.ndim <= 1]
+    if not targets:
+        return {}
+    try:
+        guess = _initial_params(model, _params_vector(params, lik.base_model))
+        p_hat = wendy_mle(lik, weak_least_squares(lik, guess)).x
+        ok = np.isfinite(lik.nll(p_hat))
+    except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+        ok = False
+    if not ok:
+        return {}
+    estimate = np.concatenate([p_hat, lik.sigma])
+    out = {}
+    for v, sl in targets:
+        value = estimate[sl] if v.type.ndim == 1 else np.mean(estimate[sl])
+        if _in_support(model, v, value):
+            out[v.name] = np.asarray(value)
+    return out
+
+
+def _in_support(model: pm.Model, v, value) -> bool:
+    """A value outside the support maps to a non-finite value under the variable's transform."""
+    transform = model.rvs_to_transforms.get(v)
+    if transform is None:
+        return True
+    with np.errstate(all="ignore"):
+        z = transform.forward(pt.as_tensor(value), *v.owner.inputs).eval()
+    return bool(np.all(np.isfinite(z)))
+
+
+def _initial_params(model: pm.Model, p: pt.TensorVariable) -> np.ndarray:
+    """The parameter vector at the model's initial point (the start for nonlinear models)."""
+    [p_values] = model.replace_rvs_by_values([p])
+    fn = pytensor.function(
+        model.value_vars, p_values, on_unused_input="ignore", mode="FAST_COMPILE"
+    )
+    point = model.initial_point()
+    return np.asarray(fn(*(point[v.name] for v in model.value_vars)), dtype=float)
 
 
 def sample(
     draws: int = 1000,
     *,
     model: pm.Model | None = None,
+    initvals: dict | None = None,
     blas_threads: int | None = 1,
-    jitter_initialised: bool = False,
     **kwargs,
 ):
-    """Draw posterior samples with NUTS, like :func:`pymc.sample`.
+    """Draw posterior samples with NUTS, like :func:`pymc.sample` (see the module doc).
 
     Parameters
     ----------
@@ -39,10 +122,10 @@ def sample(
         Draws per chain after tuning.
     model : pm.Model, optional
         Defaults to the model on the context stack.
+    initvals : dict, optional
+        Starting values; they override :func:`initial_values` variable by variable.
     blas_threads : int or None
         BLAS threads while sampling (None leaves the library default).
-    jitter_initialised : bool
-        Also jitter variables that have an explicit initial value.
     **kwargs
         Everything else goes to :func:`pymc.sample` (``tune``, ``chains``, ``nuts_sampler``,
         ``random_seed``, ``target_accept``, ...).
@@ -53,18 +136,17 @@ def sample(
         The ArviZ result of :func:`pymc.sample`.
     """
     model = pm.modelcontext(model)
-    if not jitter_initialised:
-        explicit = {v for v in model.free_RVs if model.rvs_to_initial_values.get(v) is not None}
-        jitter = set(model.free_RVs) - explicit
-        sampler = kwargs.get("nuts_sampler") or ("nutpie" if _has_nutpie() else "pymc")
-        if sampler == "nutpie":
-            compile_kwargs = dict(kwargs.pop("compile_kwargs", None) or {})
-            compile_kwargs.setdefault("jitter_rvs", jitter)
-            kwargs["compile_kwargs"] = compile_kwargs
-        elif sampler == "pymc" and not jitter and "init" not in kwargs:
-            kwargs["init"] = "adapt_diag"
+    start = {**initial_values(model), **(initvals or {})}
+    started = {model[name] for name in start}
+    sampler = kwargs.get("nuts_sampler") or ("nutpie" if _has_nutpie() else "pymc")
+    if sampler == "nutpie":
+        compile_kwargs = dict(kwargs.pop("compile_kwargs", None) or {})
+        compile_kwargs.setdefault("jitter_rvs", set(model.free_RVs) - started)
+        kwargs["compile_kwargs"] = compile_kwargs
+    elif sampler == "pymc" and started >= set(model.free_RVs):
+        kwargs.setdefault("init", "adapt_diag")
     with threadpool_limits(blas_threads, user_api="blas"):
-        return pm.sample(draws, model=model, **kwargs)
+        return pm.sample(draws, model=model, initvals=start or None, **kwargs)
 
 
 def _has_nutpie() -> bool:

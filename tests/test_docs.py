@@ -10,16 +10,25 @@ from pymc_wendy.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_example_recovers_lotka_volterra(capsys):
-    code = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+def test_readme_examples_recover_lotka_volterra(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}
-    exec(code, namespace)  # noqa: S102
+    exec(blocks[0], namespace)  # noqa: S102
     res = namespace["res"]
     assert res.success
     np.testing.assert_allclose(res.x, [3, -1, -6, 1], rtol=0.1)
+    exec(blocks[1], namespace)  # noqa: S102
+    idata = namespace["idata"]
+    post = idata.posterior["p"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+    assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
 
 
-def test_cli_demo_runs_and_reports(capsys):
-    assert main(["demo", "--problem", "lotka_volterra", "--points", "257"]) == 0
+def test_cli_demo_runs_and_reports(capsys, tmp_path):
+    plot = tmp_path / "demo.png"
+    args = ["demo", "--problem", "lotka_volterra", "--points", "129", "--draws", "300", "--tune", "300",
+            "--chains", "2", "--output", str(plot)]  # fmt: skip
+    assert main(args) == 0
     out = capsys.readouterr().out
-    assert "WENDy-MLE" in out and "intervals cover the truth" in out
+    assert "MAP" in out and "true values inside their 95 % credible intervals" in out
+    assert plot.stat().st_size > 10_000

@@ -8,6 +8,12 @@ particles at a variable's ``initval``, which would collapse its population.
 :func:`sample` differs from ``pm.sample``'s defaults in three ways, for measured reasons
 (``docs/pymc.md``):
 
+* **nutpie adapts a low-rank modified mass matrix** (``adaptation="low_rank"``). Weak
+  posteriors of ODE parameters are strongly correlated (the parameters of one equation trade
+  off against each other); a diagonal mass matrix needs long trajectories. Measured on
+  Lotka-Volterra (129 points, 10 % noise, 4 x 1000 draws): minimum ESS 5675 instead of 1168,
+  3.1 instead of 5.8 gradient evaluations per draw.
+
 * **It starts at** :func:`initial_values` and does not jitter those variables. The weak
   posterior is typically orders of magnitude narrower than the ``U(-1, 1)`` jitter PyMC adds;
   when ``sigma`` is inferred, a start that far out can send a chain into a spurious local mode
@@ -143,6 +149,9 @@ def sample(
         compile_kwargs = dict(kwargs.pop("compile_kwargs", None) or {})
         compile_kwargs.setdefault("jitter_rvs", set(model.free_RVs) - started)
         kwargs["compile_kwargs"] = compile_kwargs
+        sampler_kwargs = dict(kwargs.pop("nuts_sampler_kwargs", None) or {})
+        sampler_kwargs.setdefault("adaptation", "low_rank")
+        kwargs["nuts_sampler_kwargs"] = sampler_kwargs
     elif sampler == "pymc" and started >= set(model.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
     with threadpool_limits(blas_threads, user_api="blas"):

@@ -149,11 +149,13 @@ def sample(
         compile_kwargs = dict(kwargs.pop("compile_kwargs", None) or {})
         compile_kwargs.setdefault("jitter_rvs", set(model.free_RVs) - started)
         kwargs["compile_kwargs"] = compile_kwargs
-        sampler_kwargs = dict(kwargs.pop("nuts_sampler_kwargs", None) or {})
-        sampler_kwargs.setdefault("adaptation", "low_rank")
-        kwargs["nuts_sampler_kwargs"] = sampler_kwargs
+        nuts = dict(kwargs.pop("nuts", None) or {})
+        nuts.setdefault("adaptation", "low_rank")
+        kwargs["nuts"] = nuts
     elif sampler == "pymc" and started >= set(model.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
+    # pm.sample's own limiter counts BLAS threads for all chains together ("auto" = cores)
+    kwargs.setdefault("blas_cores", blas_threads)
     with threadpool_limits(blas_threads, user_api="blas"):
         return pm.sample(draws, model=model, initvals=start or None, **kwargs)
 

@@ -152,10 +152,11 @@ def sample(
         nuts = dict(kwargs.pop("nuts", None) or {})
         nuts.setdefault("adaptation", "low_rank")
         kwargs["nuts"] = nuts
+        # nutpie's chains are threads sharing one BLAS, whose thread count pm.sample sets to
+        # ``blas_cores`` ("auto" = cores); PyMC's own sampler already gives each process one
+        kwargs.setdefault("blas_cores", blas_threads)
     elif sampler == "pymc" and started >= set(model.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
-    # pm.sample's own limiter counts BLAS threads for all chains together ("auto" = cores)
-    kwargs.setdefault("blas_cores", blas_threads)
     with threadpool_limits(blas_threads, user_api="blas"):
         return pm.sample(draws, model=model, initvals=start or None, **kwargs)
 

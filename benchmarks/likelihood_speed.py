@@ -4,7 +4,11 @@ The floor, measured in the same run on the same matrix sizes, is one Cholesky fa
 KD x KD matrix plus one (KD x D(M+1)) by (D(M+1) x KD) matrix product: the least any evaluation
 of S(p) = L Sigma L^T followed by a factorisation can cost.
 
-Run:  python benchmarks/likelihood_speed.py  [--repeats N]
+Rows ``numpy`` time :class:`WeakLikelihood` (the reference implementation); rows ``numba`` time
+the compiled kernels the pytensor Op runs (``pymc_wendy._compiled``), with the noise fixed or
+inferred (the Op's second input).
+
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/likelihood_speed.py  [--repeats N]
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 import numpy as np
 import scipy.linalg as sla
 
+from pymc_wendy import _compiled
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.problems import get_problem
 
@@ -58,7 +63,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args(argv)
     header = (
-        f"{'problem':<16} {'M+1':>5} {'K':>4} {'KD':>5} {'path':<8} {'value ms':>9} "
+        f"{'problem':<16} {'M+1':>5} {'K':>4} {'KD':>5} {'path':<22} {'value ms':>9} "
         f"{'val+grad ms':>11} {'hess ms':>8} {'floor ms':>9} {'vg/floor':>8} {'vg/value':>8}"
     )
     print(header)
@@ -91,12 +96,24 @@ def main(argv=None) -> None:
                 else float("nan")
             )
             print(
-                f"{name:<16} {n_points:>5} {K:>4} {n:>5} {path:<8} {1e3 * t_v:>9.2f} "
+                f"{name:<16} {n_points:>5} {K:>4} {n:>5} {'numpy ' + path:<22} {1e3 * t_v:>9.2f} "
                 f"{1e3 * t_vg:>11.2f} {1e3 * t_h:>8.1f} {1e3 * floor:>9.2f} {t_vg / floor:>8.2f} "
                 f"{t_vg / t_v:>8.2f}"
             )
             if path == "fast":
                 print(f"{'':<16} (fast path one-off set-up {1e3 * t_setup:.0f} ms)")
+            for infer in (False, True):
+                kv = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=False)
+                kvg = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=True)
+                s2 = lik.sigma**2
+                t_v = _best(lambda k=kv, p=p, s2=s2: k(p, s2), args.repeats)
+                t_vg = _best(lambda k=kvg, p=p, s2=s2: k(p, s2), args.repeats)
+                label = f"numba {path}" + (", sigma in" if infer else "")
+                print(
+                    f"{'':<16} {'':>5} {'':>4} {'':>5} {label:<22} {1e3 * t_v:>9.2f} "
+                    f"{1e3 * t_vg:>11.2f} {'':>8} {1e3 * floor:>9.2f} {t_vg / floor:>8.2f} "
+                    f"{t_vg / t_v:>8.2f}"
+                )
 
 
 if __name__ == "__main__":

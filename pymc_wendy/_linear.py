@@ -159,9 +159,22 @@ def form_for(lik: WeakLikelihood, *, per_state: bool) -> CompiledForm | None:
     need = D * precompute_bytes(lik.K, D, model.n_params)
     if lik._linear_mode == "auto" and need > lik._max_precompute:
         return None
-    parts = [_coefficients(lik, np.eye(D)[e]) for e in range(D)]
-    A = np.stack([A for _, _, A in parts])
-    return CompiledForm.from_dense(parts[0][0], parts[0][1], A, lik.K)
+    # one noise state at a time, so the dense matrices of only one state exist at once
+    forms = []
+    for e in range(D):
+        r0, G, A = _coefficients(lik, np.eye(D)[e])
+        forms.append(CompiledForm.from_dense(r0, G, A[None], lik.K))
+        forms[-1].blk_e[:] = e
+        del A
+    return CompiledForm(
+        forms[0].r0,
+        forms[0].G,
+        np.concatenate([f.blocks for f in forms]),
+        *(np.concatenate([getattr(f, k) for f in forms]) for k in _INDEX_FIELDS),
+    )
+
+
+_INDEX_FIELDS = ("blk_e", "blk_q", "blk_d", "blk_d2")
 
 
 def _cross(phi, dphi, ga, gb, s2e, a_has_dphi, b_has_dphi) -> np.ndarray:

@@ -14,6 +14,7 @@ from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.plots import plot_predictive
 from pymc_wendy.problems import (
     PROBLEMS,
     Problem,
@@ -46,6 +47,7 @@ __all__ = [
     "get_problem",
     "initial_values",
     "list_problems",
+    "plot_predictive",
     "sample",
     "simulate",
     "weak_least_squares",

@@ -25,9 +25,11 @@ def _covers(seed: int) -> np.ndarray:
         p = pm.Normal("p", 0, 10, dims="param")
         pmw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
         idata = pmw.sample(500, tune=500, chains=2, random_seed=seed, progressbar=False)
-    q = idata.posterior["p"].quantile(
-        [(1 - NOMINAL) / 2, (1 + NOMINAL) / 2], dim=("chain", "draw")
-    ).values
+    q = (
+        idata.posterior["p"]
+        .quantile([(1 - NOMINAL) / 2, (1 + NOMINAL) / 2], dim=("chain", "draw"))
+        .values
+    )
     return (q[0] <= data.p_true) & (data.p_true <= q[1])
 
 

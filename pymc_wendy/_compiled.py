@@ -38,13 +38,26 @@ def _all_finite(a: np.ndarray) -> bool:
 
 
 @numba.njit(cache=True)
-def _logdet_quad(C: np.ndarray, r: np.ndarray, a: np.ndarray) -> float:
-    """``log det S + r^T S^{-1} r`` from the lower factor (F-ordered) and ``a = S^{-1} r``."""
+def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
+    """Add the ridge to ``S`` (its transpose stored in ``ST``), factor it in place, solve.
+
+    Returns ``(ok, C, a, nll)`` with ``C`` the F-ordered lower factor (a view of ``ST``),
+    ``a = S^{-1} r`` and ``nll = (log det S + r^T a + n log 2 pi) / 2``; ``ok`` is False when
+    ``S`` is not positive definite.
+    """
     n = r.size
+    for i in range(n):
+        ST[i, i] += ridge
+    C = ST.T
+    if _lapack.potrf_lower(C) != 0:
+        return False, C, r, np.inf
+    aT = r.copy().reshape((1, n))
+    _lapack.potrs_lower(C, aT.T)
+    a = aT[0]
     logdet = 0.0
     for i in range(n):
         logdet += math.log(C[i, i])
-    return 2.0 * logdet + np.dot(r, a)
+    return True, C, a, 0.5 * (2.0 * logdet + np.dot(r, a) + n * _LOG_2PI)
 
 
 @numba.njit(cache=True)
@@ -90,15 +103,9 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
 
     ST = np.empty((n, n))  # ST.T is the F-ordered S
     _lapack.syrk_lower(LsT.T, ST.T)
-    for i in range(n):
-        ST[i, i] += ridge
-    if _lapack.potrf_lower(ST.T) != 0:
+    ok, C, a, nll = _factor_and_nll(ST, r, ridge)
+    if not ok:
         return np.inf, gp, gs
-    C = ST.T
-    aT = r.copy().reshape((1, n))
-    _lapack.potrs_lower(C, aT.T)
-    a = aT[0]
-    nll = 0.5 * (_logdet_quad(C, r, a) + n * _LOG_2PI)
     if not want_grad:
         return nll, gp, gs
 
@@ -181,16 +188,10 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_g
             bj = blk[jj]
             for ii in range(K):
                 row[r_off + ii] += w * bj[ii]
-    for i in range(n):
-        ST[i, i] += ridge
     r = r0 + np.dot(G, p)
-    if _lapack.potrf_lower(ST.T) != 0:
+    ok, _, a, nll = _factor_and_nll(ST, r, ridge)
+    if not ok:
         return np.inf, gp, gw
-    C = ST.copy().T  # keep the factor; ST is overwritten by the inverse below
-    aT = r.copy().reshape((1, n))
-    _lapack.potrs_lower(C, aT.T)
-    a = aT[0]
-    nll = 0.5 * (_logdet_quad(C, r, a) + n * _LOG_2PI)
     if not want_grad:
         return nll, gp, gw
 
@@ -272,9 +273,9 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool) -> Callable:
         if want_grad:
             Jp = f_p(t, X, p, np.zeros((M1, D, J)))
             Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-        else:
-            Jp = np.zeros((M1, D, J))
-            Jup = np.zeros((M1, D, D, J))
+        else:  # unused by the value: empty stand-ins of the right rank
+            Jp = np.zeros((0, D, J))
+            Jup = np.zeros((0, D, D, J))
         s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
         return general(phi, dphi, b, F, Ju, Jp, Jup, s2, ridge, want_grad)
 

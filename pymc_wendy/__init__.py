@@ -4,25 +4,29 @@ The data flow is one way: an :class:`ODEModel` and data -> test functions
 (:func:`build_test_functions`) -> likelihood kernels -> :class:`WeakLikelihood`
 (value, gradient, Hessian, estimator covariances) -> the pytensor Op
 (:class:`WeakLogLikelihoodOp`) -> the PyMC distribution (:class:`WeakODELikelihood`) ->
-estimators and samplers.
+estimators (:func:`fit`) and samplers.
 """
 
-from pymc_wendy.distribution import WeakODELikelihood, estimate_initial_state
-from pymc_wendy.estimators import weak_least_squares, wendy_mle
+from pymc_wendy.distribution import WeakODELikelihood
+from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.output_error import estimate_initial_state
 from pymc_wendy.plots import plot_predictive
 from pymc_wendy.problems import (
     PROBLEMS,
     Problem,
     SimulatedData,
+    SimulationError,
     get_problem,
     list_problems,
     simulate,
+    solve,
 )
+from pymc_wendy.results import FitResult, FitWarning
 from pymc_wendy.sampling import initial_values, sample
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
 
@@ -31,11 +35,14 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "PROBLEMS",
     "CovarianceError",
+    "FitResult",
+    "FitWarning",
     "NonFiniteError",
     "ODEDefinitionError",
     "ODEModel",
     "Problem",
     "SimulatedData",
+    "SimulationError",
     "TestFunctions",
     "WeakLikelihood",
     "WeakLikelihoodError",
@@ -44,12 +51,14 @@ __all__ = [
     "build_test_functions",
     "estimate_initial_state",
     "estimate_noise",
+    "fit",
     "get_problem",
     "initial_values",
     "list_problems",
     "plot_predictive",
     "sample",
     "simulate",
+    "solve",
     "weak_least_squares",
     "weak_loglik",
     "wendy_mle",

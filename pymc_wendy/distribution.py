@@ -34,66 +34,14 @@ from pytensor.link.numba.dispatch.basic import numba_njit
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
-from scipy import optimize
 
-from pymc_wendy.estimators import weak_least_squares, wendy_mle
-from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.op import _noise_scale_vector, weak_loglik
+from pymc_wendy.output_error import DEFAULT_SOLVER, estimate_initial_state
 from pymc_wendy.problems import SimulationError, solve
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
-
-#: Solver settings for predictive draws: LSODA switches to a stiff method by itself, the
-#: tolerances are far below any noise level, and the evaluation cap ends solves from wild
-#: parameter draws (blow-up) in a fraction of a second instead of seconds.
-DEFAULT_SOLVER: dict = {"method": "LSODA", "rtol": 1e-7, "atol": 1e-9, "max_nfev": 20_000}
-
-
-def estimate_initial_state(
-    likelihood: WeakLikelihood, p=None, *, solver: Mapping | None = None
-) -> np.ndarray:
-    """Initial state ``u(t_0)`` fitted to the data with the parameters held at ``p``.
-
-    Least squares between the ODE solution from ``u0`` and the first quarter of the data (at
-    least 10 points; on the log scale for log-normal noise), over ``u0`` only, started from a
-    local quadratic fit to the first points. ``p`` defaults to the WENDy-MLE. The weak
-    likelihood does not involve ``u0``; this is only for simulating predictive trajectories.
-    If the fit fails, the local quadratic fit is returned.
-    """
-    lik = likelihood
-    X, t = lik.X, lik.t
-    start = _local_quadratic_start(t, X)
-    if p is None:
-        try:
-            p = wendy_mle(lik, weak_least_squares(lik)).x
-        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-            return _from_log(start, lik.noise)
-    n = max(10, t.size // 4)
-    opts = {**DEFAULT_SOLVER, **(solver or {})}
-
-    def residual(x0):
-        try:
-            U = solve(lik.base_model, p, _from_log(x0, lik.noise), t[:n], **opts)
-        except (SimulationError, ValueError):
-            return np.full(n * X.shape[1], 1e6)
-        Z = np.log(np.maximum(U, 1e-300)) if lik.noise == "lognormal" else U
-        return (Z - X[:n]).ravel()
-
-    fit = optimize.least_squares(residual, start, x_scale="jac")
-    return _from_log(fit.x if fit.success else start, lik.noise)
-
-
-def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """Value at ``t_0`` of a parabola fitted to the first ``clip(n // 20, 7, 31)`` points."""
-    n = min(max(7, min(t.size // 20, 31)), t.size)
-    V = np.vander(t[:n] - t[0], 3)
-    return np.linalg.lstsq(V, X[:n], rcond=None)[0][-1]
-
-
-def _from_log(x0: np.ndarray, noise: str) -> np.ndarray:
-    return np.exp(x0) if noise == "lognormal" else x0
 
 
 class WeakODERV(RandomVariable):

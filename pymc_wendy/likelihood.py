@@ -271,20 +271,26 @@ class WeakLikelihood:
         return kernels.dr_dp(self.phi, Jp)
 
     def parameter_covariance(
-        self, p, sigma=None, method: Literal["sandwich", "hessian"] = "sandwich"
+        self, p, sigma=None, method: Literal["sandwich", "gls", "hessian"] = "sandwich"
     ) -> np.ndarray:
         """Approximate covariance of an estimator at ``p``.
 
-        ``"sandwich"``: WENDy-MLE eq. 9, ``G^+ S(p) G^{+T}`` with ``G = dr/dp``.
+        ``"sandwich"``: WENDy-MLE eq. 9, ``G^+ S(p) G^{+T}`` with ``G = dr/dp`` (the
+        first-order covariance of weak least squares).
+        ``"gls"``: ``(G^T S(p)^{-1} G)^{-1}`` (generalised least squares with fixed weights).
         ``"hessian"``: the inverse observed information, ``H(p)^{-1}``.
         """
         p = self._p(p)
-        if method == "sandwich":
+        if method in ("sandwich", "gls"):
             G = self.dr_dp(p)
-            Gp = np.linalg.pinv(G)
             C = self._evaluation(p, self._s2(sigma)).C
-            A = Gp @ C
-            return A @ A.T
+            if method == "sandwich":
+                A = np.linalg.pinv(G) @ C
+                return A @ A.T
+            # (A^T A)^{-1} with A = C^{-1} G, through the R factor of A for accuracy
+            R = np.linalg.qr(kernels._tri(C, G), mode="r")
+            Ri = np.linalg.solve(R, np.eye(R.shape[0]))
+            return Ri @ Ri.T
         if method == "hessian":
             H = self.hessian(p, sigma)
             try:
@@ -296,4 +302,4 @@ class WeakLikelihood:
                 ) from None
             Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
             return Li.T @ Li
-        raise ValueError(f"method must be 'sandwich' or 'hessian'; got {method!r}")
+        raise ValueError(f"method must be 'sandwich', 'gls' or 'hessian'; got {method!r}")

@@ -244,23 +244,52 @@ def solve(
         method = "Radau" if stiff else "DOP853"
     if max_nfev is not None:
         max_nfev = _positive_int(max_nfev, "max_nfev", 1)
-    kwargs: dict = {}
-    if method in _IMPLICIT_METHODS:
-        kwargs["jac"] = lambda s, u: model.jacobian(s, u, p)
+    jac = (lambda s, u: model.jacobian(s, u, p)) if method in _IMPLICIT_METHODS else None
+    return _integrate(
+        lambda s, u: model(s, u, p),
+        u0,
+        t,
+        method=method,
+        rtol=rtol,
+        atol=atol,
+        max_nfev=max_nfev,
+        jac=jac,
+        name=model.name,
+    )
+
+
+def _integrate(
+    rhs: Callable,
+    y0: np.ndarray,
+    t: np.ndarray,
+    *,
+    method: str,
+    rtol: float,
+    atol: float,
+    max_nfev: int | None,
+    jac: Callable | None = None,
+    name: str = "ode",
+) -> np.ndarray:
+    """``solve_ivp`` at the output times ``t``, with an evaluation limit and clear failures.
+
+    Shared by :func:`solve` and the sensitivity solves of output-error estimation (which
+    integrate an augmented system). Returns shape (n, len(y0)); raises :class:`SimulationError`.
+    """
+    kwargs: dict = {} if jac is None else {"jac": jac}
     n_calls = 0
 
-    def rhs(s: float, u: np.ndarray) -> np.ndarray:
+    def counted(s: float, y: np.ndarray) -> np.ndarray:
         nonlocal n_calls
         n_calls += 1
         if max_nfev is not None and n_calls > max_nfev:
-            raise _EvaluationLimit(s, u)
-        return model(s, u, p)
+            raise _EvaluationLimit(s, y)
+        return rhs(s, y)
 
     try:
         sol = solve_ivp(
-            rhs,
+            counted,
             (t[0], t[-1]),
-            u0,
+            y0,
             method=method,
             t_eval=t,
             rtol=rtol,
@@ -269,24 +298,24 @@ def solve(
         )
     except _EvaluationLimit as exc:
         raise SimulationError(
-            f"{model.name}: the solver ({method}) gave up after {max_nfev} right-hand side "
+            f"{name}: the solver ({method}) gave up after {max_nfev} right-hand side "
             f"evaluations at t = {exc.t:.6g} of [{t[0]:g}, {t[-1]:g}] (max |u| = "
             f"{np.max(np.abs(exc.u)):.3g}); the solution may blow up or be stiff (try "
             "stiff=True), or raise max_nfev"
         ) from None
     except (ValueError, ArithmeticError) as exc:
-        raise SimulationError(f"{model.name}: the solver ({method}) raised {exc!r}") from exc
+        raise SimulationError(f"{name}: the solver ({method}) raised {exc!r}") from exc
     if sol.status != 0 or sol.y.shape[1] != t.shape[0]:
         reached = sol.t[-1] if sol.t.size else t[0]
         raise SimulationError(
-            f"{model.name}: the solver ({method}) failed on [{t[0]:g}, {t[-1]:g}] after the "
+            f"{name}: the solver ({method}) failed on [{t[0]:g}, {t[-1]:g}] after the "
             f"output time t = {reached:.6g}: {sol.message}"
         )
     U = sol.y.T.copy()
     if not np.all(np.isfinite(U)):
         bad = int(np.argmax(~np.all(np.isfinite(U), axis=1)))
         raise SimulationError(
-            f"{model.name}: the solution is not finite from t = {t[bad]:g} on ({method})"
+            f"{name}: the solution is not finite from t = {t[bad]:g} on ({method})"
         )
     return U
 

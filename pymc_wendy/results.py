@@ -1,0 +1,319 @@
+"""The result of :func:`pymc_wendy.fit`: estimate, uncertainty, diagnostics, labelled output.
+
+:class:`FitResult` follows :class:`scipy.optimize.OptimizeResult` in spirit (``x``,
+``success``, ``message``, ``nit``) and adds what a statistical estimate needs: named
+parameters, covariance matrices of several kinds, standard errors, confidence intervals at any
+level, a labelled summary table, the fitted trajectory and conversion to xarray.
+
+Covariance kinds (see ``docs/estimators.md``):
+
+``"sandwich"``
+    WENDy-MLE eq. 9, ``G^+ S(p) G^{+T}`` with ``G = dr/dp``: the first-order covariance of
+    the *ordinary* weak least-squares estimator. It is what the WENDy papers report.
+``"gls"``
+    ``(G^T S(p)^{-1} G)^{-1}``: the first-order covariance of the generalised least-squares
+    estimator with the weights held fixed (WENDy-IRLS at its fixed point; WENDy-MLE when the
+    dependence of ``S`` on ``p`` is neglected). Never larger than the sandwich.
+``"hessian"``
+    The inverse observed information, ``H(p)^{-1}`` with ``H`` the Hessian of the weak
+    negative log-likelihood (WENDy-MLE eq. 8). Only meaningful at a local minimum.
+``"oe"``
+    Output error: ``s^2 (J^T J)^{-1}`` from the Jacobian of the weighted state residuals
+    (the ``p`` block of the joint ``(p, u0)`` covariance), with ``s^2`` the reduced
+    chi-square when the noise level was estimated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from scipy import stats
+
+from pymc_wendy.kernels import WeakLikelihoodError
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.ode import ODEModel
+
+__all__ = ["FitResult", "FitWarning"]
+
+CovarianceKind = Literal["sandwich", "gls", "hessian", "oe"]
+_WEAK_KINDS = ("sandwich", "gls", "hessian")
+
+
+class FitWarning(RuntimeWarning):
+    """An estimator stopped without meeting its convergence criteria."""
+
+
+@dataclass(eq=False)
+class FitResult:
+    """Outcome of :func:`pymc_wendy.fit`.
+
+    Attributes
+    ----------
+    x : ndarray, shape (J,)
+        The estimate (``p``); :attr:`params` maps names to values.
+    method : str
+        ``"mle"``, ``"irls"``, ``"wls"``, ``"oels"`` or ``"hybrid"``.
+    model : ODEModel
+        The model that was fitted.
+    success : bool
+        Whether the estimator met its convergence criteria.
+    status : str
+        Short reason the estimator stopped (``"converged"``, ``"max_iter"``,
+        ``"normality"``, ``"fallback"``, ...).
+    message : str
+        Human-readable status.
+    nit : int
+        Iterations of the (outer) optimiser.
+    nfev : int
+        Objective evaluations (forward solves for output error).
+    wall_time : float
+        Seconds, including test-function construction.
+    fun : float
+        The objective the method minimised, at ``x`` (weak NLL for ``"mle"``, ``r^T r / 2``
+        for ``"wls"``, the weighted residual ``r^T S(p_prev)^{-1} r / 2`` for ``"irls"``, half
+        the weighted state misfit for ``"oels"``).
+    nll : float or None
+        Weak negative log-likelihood ``l(x)`` (WENDy-MLE eq. 6), whenever a weak likelihood
+        was built; ``inf`` where it is undefined.
+    u0 : ndarray or None
+        Fitted initial state (output error, hybrid); otherwise fitted on demand by
+        :meth:`simulate`.
+    sigma : ndarray, shape (D,)
+        Noise standard deviation per state used (of ``log U`` for log-normal noise).
+    sigma_estimated : bool
+        Whether ``sigma`` was estimated from the data.
+    noise : {"normal", "lognormal"}
+    covariance_kind : str
+        Default kind of :meth:`covariance` for this method.
+    likelihood : WeakLikelihood or None
+        The weak likelihood (test functions, data, noise); None for pure output error.
+    t, U : ndarray
+        The data.
+    history : dict
+        Method-specific record: IRLS iterates and Shapiro-Wilk p-values, the starts of a
+        multi-start fit and their NLLs, or the stages of the hybrid method.
+    """
+
+    x: np.ndarray
+    method: str
+    model: ODEModel
+    success: bool
+    status: str
+    message: str
+    nit: int
+    nfev: int
+    wall_time: float
+    fun: float
+    nll: float | None
+    sigma: np.ndarray
+    sigma_estimated: bool
+    noise: str
+    covariance_kind: str
+    t: np.ndarray
+    U: np.ndarray
+    likelihood: WeakLikelihood | None = None
+    u0: np.ndarray | None = None
+    history: dict[str, Any] = field(default_factory=dict)
+    _oe_covariance: np.ndarray | None = field(default=None, repr=False)
+    _cov_cache: dict = field(default_factory=dict, repr=False)
+
+    # --- identity ------------------------------------------------------------------------
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return tuple(self.model.params)
+
+    @property
+    def params(self) -> dict[str, float]:
+        """The estimate as ``{name: value}``."""
+        return dict(zip(self.param_names, map(float, self.x), strict=True))
+
+    @property
+    def test_functions(self):
+        """The test functions used (None for pure output error)."""
+        return None if self.likelihood is None else self.likelihood.test_functions
+
+    def __repr__(self) -> str:
+        width = max(len(n) for n in self.param_names)
+        lines = [
+            f"FitResult ({self.method}, {self.model.name}): {self.message}",
+            f"  success: {self.success}   status: {self.status}   nit: {self.nit}   "
+            f"nfev: {self.nfev}   wall time: {self.wall_time:.3g} s",
+            f"  nll: {self.nll if self.nll is None else f'{self.nll:.6g}'}   "
+            f"fun: {self.fun:.6g}   sigma: {np.array2string(self.sigma, precision=3)}"
+            f"{' (estimated)' if self.sigma_estimated else ''}",
+        ]
+        try:
+            se = self.stderr
+        except (WeakLikelihoodError, ValueError):
+            se = np.full_like(self.x, np.nan)
+        for name, v, s in zip(self.param_names, self.x, se, strict=True):
+            lines.append(f"  {name:>{width}} = {v: .6g}  (se {s:.3g})")
+        return "\n".join(lines)
+
+    # --- uncertainty ---------------------------------------------------------------------
+    def covariance(self, kind: CovarianceKind | None = None) -> np.ndarray:
+        """Approximate covariance of the estimator, shape (J, J) (module docstring for kinds).
+
+        Raises
+        ------
+        ValueError
+            An unknown kind, or a weak-form kind for a pure output-error fit.
+        WeakLikelihoodError
+            ``"hessian"`` where the Hessian is not positive definite (not a local minimum).
+        """
+        kind = self.covariance_kind if kind is None else kind
+        if kind in self._cov_cache:
+            return self._cov_cache[kind].copy()
+        if kind == "oe":
+            if self._oe_covariance is None:
+                raise ValueError(f"no output-error covariance for method {self.method!r}")
+            cov = self._oe_covariance
+        elif kind in _WEAK_KINDS:
+            if self.likelihood is None:
+                raise ValueError(
+                    f"covariance kind {kind!r} needs the weak likelihood; this {self.method!r} "
+                    "fit has none (use kind='oe')"
+                )
+            if not np.isfinite(self.nll if self.nll is not None else np.inf):
+                raise WeakLikelihoodError("the weak likelihood is undefined at the estimate")
+            cov = self.likelihood.parameter_covariance(self.x, method=kind)
+        else:
+            raise ValueError(
+                f"kind must be one of 'sandwich', 'gls', 'hessian', 'oe'; got {kind!r}"
+            )
+        self._cov_cache[kind] = cov
+        return cov.copy()
+
+    @property
+    def cov(self) -> np.ndarray:
+        """:meth:`covariance` of the default kind (:attr:`covariance_kind`)."""
+        return self.covariance()
+
+    @property
+    def stderr(self) -> np.ndarray:
+        """Standard errors, ``sqrt(diag(cov))``."""
+        return np.sqrt(np.diag(self.cov))
+
+    def conf_int(self, level: float = 0.95, kind: CovarianceKind | None = None) -> np.ndarray:
+        """Wald confidence intervals ``x -/+ z se``, shape (J, 2).
+
+        ``level=0.9545`` gives the papers' ``2 sqrt(C_jj)`` intervals.
+        """
+        if not 0.0 < level < 1.0:
+            raise ValueError(f"level must be in (0, 1); got {level}")
+        z = stats.norm.ppf(0.5 + level / 2)
+        se = np.sqrt(np.diag(self.covariance(kind)))
+        return np.column_stack([self.x - z * se, self.x + z * se])
+
+    # --- labelled output -----------------------------------------------------------------
+    def summary(self, level: float = 0.95, kind: CovarianceKind | None = None, truth=None):
+        """A table (pandas DataFrame) indexed by parameter name.
+
+        Columns ``estimate``, ``std_err``, ``ci_lower``, ``ci_upper`` (at ``level``); with
+        ``truth`` also ``true`` and ``covered``.
+        """
+        import pandas as pd
+
+        se = np.sqrt(np.diag(self.covariance(kind)))
+        ci = self.conf_int(level, kind)
+        table = pd.DataFrame(
+            {"estimate": self.x, "std_err": se, "ci_lower": ci[:, 0], "ci_upper": ci[:, 1]},
+            index=pd.Index(self.param_names, name="param"),
+        )
+        if truth is not None:
+            truth = np.asarray(truth, dtype=float)
+            if truth.shape != self.x.shape:
+                raise ValueError(f"truth must have shape {self.x.shape}; got {truth.shape}")
+            table["true"] = truth
+            table["covered"] = (ci[:, 0] <= truth) & (truth <= ci[:, 1])
+        return table
+
+    def to_xarray(self, level: float = 0.95, kinds: Sequence[str] | None = None):
+        """An :class:`xarray.Dataset` with the estimate, covariances and intervals.
+
+        Variables: ``estimate`` (param), ``std_err`` and ``ci`` (kind, param[, bound]),
+        ``covariance`` (kind, param, param_). Every kind available for this fit is included
+        unless ``kinds`` is given; kinds that fail (e.g. an indefinite Hessian) are NaN.
+        Scalars (method, success, nll, wall time, ...) go into ``attrs``.
+        """
+        import xarray as xr
+
+        if kinds is None:
+            kinds = [k for k in (*_WEAK_KINDS, "oe") if self._has_kind(k)]
+        J = self.x.size
+        covs = np.full((len(kinds), J, J), np.nan)
+        for i, k in enumerate(kinds):
+            try:
+                covs[i] = self.covariance(k)
+            except (WeakLikelihoodError, ValueError, np.linalg.LinAlgError):
+                pass
+        se = np.sqrt(np.einsum("kjj->kj", covs))
+        z = stats.norm.ppf(0.5 + level / 2)
+        ci = np.stack([self.x - z * se, self.x + z * se], axis=-1)
+        names = list(self.param_names)
+        ds = xr.Dataset(
+            {
+                "estimate": ("param", self.x),
+                "std_err": (("kind", "param"), se),
+                "ci": (("kind", "param", "bound"), ci),
+                "covariance": (("kind", "param", "param_"), covs),
+            },
+            coords={
+                "param": names,
+                "param_": names,
+                "kind": list(kinds),
+                "bound": ["lower", "upper"],
+            },
+            attrs={
+                "method": self.method,
+                "model": self.model.name,
+                "success": int(self.success),
+                "status": self.status,
+                "message": self.message,
+                "nit": self.nit,
+                "nfev": self.nfev,
+                "wall_time": self.wall_time,
+                "fun": self.fun,
+                "nll": np.nan if self.nll is None else self.nll,
+                "noise": self.noise,
+                "sigma": self.sigma,
+                "sigma_estimated": int(self.sigma_estimated),
+                "level": level,
+                "default_kind": self.covariance_kind,
+            },
+        )
+        if self.u0 is not None:
+            ds["u0"] = ("state", self.u0)
+            ds = ds.assign_coords(state=list(self.model.states))
+        return ds
+
+    def _has_kind(self, kind: str) -> bool:
+        return self._oe_covariance is not None if kind == "oe" else self.likelihood is not None
+
+    # --- trajectory ----------------------------------------------------------------------
+    def simulate(self, t=None, u0=None, **solver) -> np.ndarray:
+        """The fitted trajectory ``u(t; x, u0)``, shape (len(t), D).
+
+        ``t`` defaults to the data times (it must start at the data's first time unless
+        ``u0`` is given for ``t[0]``); ``u0`` to the fitted initial state (for weak-form
+        estimates it is fitted once to the first quarter of the data with ``p`` held at the
+        estimate, :func:`pymc_wendy.estimate_initial_state`). ``solver`` options go to
+        :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``).
+        """
+        from pymc_wendy.output_error import DEFAULT_SOLVER, estimate_initial_state
+        from pymc_wendy.problems import solve
+
+        t = self.t if t is None else np.asarray(t, dtype=float)
+        if u0 is None:
+            if t[0] != self.t[0]:
+                raise ValueError(
+                    f"t starts at {t[0]:g}, not at the data's first time {self.t[0]:g}; "
+                    "pass u0 for that time"
+                )
+            if self.u0 is None:
+                self.u0 = estimate_initial_state(self.likelihood, self.x)
+            u0 = self.u0
+        return solve(self.model, self.x, u0, t, **{**DEFAULT_SOLVER, **solver})

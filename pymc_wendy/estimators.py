@@ -223,16 +223,26 @@ def _mle_run(args) -> dict:
 
 
 def _warm_start(lik: WeakLikelihood, start: np.ndarray, bounds, fun) -> np.ndarray:
-    """Weak least squares from ``start`` when it lowers the NLL: no forward solves, a few
-    Gauss-Newton steps, and it cuts the Newton iterations from far-away starts (measured on
-    SIR-TDI from a random start: 94 to 18-23 Newton iterations)."""
+    """The lowest-NLL point among ``start``, weak least squares from it and, for models
+    linear in the parameters, a few IRLS iterations from that.
+
+    None of these needs a forward solve or a Hessian. Weak least squares cuts the Newton
+    iterations from far-away starts (SIR-TDI from a random start: 94 to 18-23); IRLS matters
+    at high noise, where weak least squares is so biased (logistic at 30 %: estimates of
+    either sign) that Newton can end in a spurious minimum (1 of 24 data sets), while IRLS
+    lands next to the MLE.
+    """
+    candidates = [start]
     try:
         p = _wls(lik, start, bounds=bounds)[0]
+        candidates.append(p)
+        if lik.model.is_linear_in_params:
+            q = _irls(lik, p, {"max_iter": 20})[0]["x"]
+            candidates.append(q if bounds is None else np.clip(q, *bounds))
     except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-        return start
-    if np.all(np.isfinite(p)) and fun(p)[0] <= fun(start)[0]:
-        return p
-    return start
+        pass
+    values = [fun(c)[0] if np.all(np.isfinite(c)) else np.inf for c in candidates]
+    return candidates[int(np.argmin(values))]
 
 
 def _stationary(lik, x, value, grad, bounds, tol: float = 1e-6) -> bool:

@@ -655,6 +655,7 @@ def build_test_functions(
     max_cond: float = 1e4,
     max_info: float = 0.95,
     eta: float = 9.0,
+    min_points: float = 4,
     **selection_options: Any,
 ) -> TestFunctions:
     """Build orthonormal weak-form test functions for data ``U`` on grid ``t``.
@@ -686,6 +687,13 @@ def build_test_functions(
         ``K_info`` = last ``k`` with ``cumsum(s)[k] / sum(s) <= max_info``.
     eta : float, default 9.0
         Bump shape parameter.
+    min_points : float, default 4
+        Floor on the automatically selected minimum radius, in grid spacings (largest
+        spacing on a non-uniform grid), as long as the largest multiple still fits. On coarse
+        grids the corner rule can pick a radius of 2 spacings, whose bumps the trapezoid rule
+        integrates badly: on FitzHugh-Nagumo with 129 points and 10 % noise that doubled the
+        coefficient error (17 % against 8 % with the floor). Not applied to a given
+        ``min_radius`` or ``radii``.
     **selection_options
         Passed to :func:`select_min_radius` (``radius_range``, ``n_candidates``,
         ``per_candidate``, ``subsample_rate``, ``max_multiplier``; the last defaults to
@@ -706,6 +714,7 @@ def build_test_functions(
     t, U = check_data(t, U)
     grid = _grid(t)
     eta = _check_positive("eta", eta)
+    min_points = _check_positive("min_points", min_points)
     unknown = set(selection_options) - {
         "radius_range",
         "n_candidates",
@@ -755,7 +764,8 @@ def build_test_functions(
             selection = select_min_radius(t, U, eta=eta, **options)
             radius_range = options.get("radius_range", (0.01, 5.0))
             r_max = _max_radius_points(grid, radius_range) * grid.unit
-            used = _radii_from_min(grid, selection.radius, mult, r_max, strict=True)
+            r_min = max(selection.radius, min(min_points * grid.unit, r_max / np.max(mult)))
+            used = _radii_from_min(grid, r_min, mult, r_max, strict=True)
             if used.size == 0:
                 used = np.array([r_max])
 

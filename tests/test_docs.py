@@ -18,6 +18,8 @@ def test_readme_examples_recover_lotka_volterra(capsys):
     assert res.success
     np.testing.assert_allclose(res.x, [3, -1, -6, 1], rtol=0.1)
     exec(blocks[1], namespace)  # noqa: S102
+    np.testing.assert_allclose(namespace["opt"].x, res.x, rtol=1e-6)
+    exec(blocks[2], namespace)  # noqa: S102
     idata = namespace["idata"]
     post = idata.posterior["p"].mean(("chain", "draw")).values
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)

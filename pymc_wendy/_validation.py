@@ -54,3 +54,14 @@ def check_data(t: Any, U: Any, n_states: int | None = None) -> tuple[np.ndarray,
             "remove or impute them before fitting"
         )
     return t, U
+
+
+def check_positive_data(t: np.ndarray, U: np.ndarray, states) -> None:
+    """Log-normal noise needs positive data: name the first offending entry otherwise."""
+    if np.any(U <= 0):
+        m, d = np.argwhere(U <= 0)[0]
+        raise ValueError(
+            f"log-normal noise needs positive data, but U has {int((U <= 0).sum())} "
+            f"non-positive entries (first at row {m}, t = {t[m]:g}, state "
+            f"{states[d]!r}); drop those rows or use noise='normal'"
+        )

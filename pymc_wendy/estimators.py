@@ -34,7 +34,7 @@ import numpy as np
 from scipy import linalg as sla
 from scipy import optimize, stats
 
-from pymc_wendy._validation import check_data
+from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.noise import estimate_noise
@@ -332,6 +332,7 @@ def _irls(lik: WeakLikelihood, p_init: np.ndarray, options: Mapping) -> tuple[di
     p = np.asarray(p_init, dtype=float)
     iterates, pvalues, objective = [p], [np.nan], [np.nan]
     status, message = "max_iter", f"reached max_iter = {opts['max_iter']} iterations"
+    chosen = None  # index of the returned iterate when it is not the last one
     for n in range(1, int(opts["max_iter"]) + 1):
         try:
             C = lik._evaluation(p, s2).C
@@ -356,14 +357,14 @@ def _irls(lik: WeakLikelihood, p_init: np.ndarray, options: Mapping) -> tuple[di
                 f"Shapiro-Wilk p-value {pvalues[-1]:.2g} < {opts['sw_tol']:g} at iteration {n}; "
                 f"returning iteration {best} (largest p-value, {pvalues[best]:.2g})"
             )
-            p = iterates[best]
+            p, chosen = iterates[best], best
             break
     history = {
         "iterates": np.array(iterates),
         "shapiro_pvalue": np.array(pvalues),
         "objective": np.array(objective),
     }
-    idx = next(i for i in range(len(iterates) - 1, -1, -1) if iterates[i] is p)
+    idx = len(iterates) - 1 if chosen is None else chosen
     out = {
         "x": p,
         "fun": float(objective[idx]) if idx > 0 else np.nan,
@@ -479,11 +480,8 @@ def _oe_data(model: ODEModel, t, U, noise, sigma):
     if noise not in ("normal", "lognormal"):
         raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
     t, U = check_data(t, U, model.n_states)
-    if noise == "lognormal" and np.any(U <= 0):
-        raise ValueError(
-            f"log-normal noise needs positive data, but U has {int((U <= 0).sum())} "
-            "non-positive entries; drop those rows or use noise='normal'"
-        )
+    if noise == "lognormal":
+        check_positive_data(t, U, model.states)
     Z = np.log(U) if noise == "lognormal" else U
     if sigma is None:
         return t, U, estimate_noise(Z), True
@@ -771,14 +769,12 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common) -> FitResult:
     threshold = mle.nll + _HYBRID_TOLERANCE * abs(mle.nll)
     keep_oe = oe.success and oe.nll is not None and oe.nll <= threshold
     chosen = oe if keep_oe else mle
-    why = (
-        f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
-        if keep_oe
-        else (
-            f"WENDy-MLE kept: output error {'failed' if not oe.success else 'weak NLL'} "
-            f"{'' if not oe.success else f'{oe.nll:.6g} > {threshold:.6g}'}".rstrip()
-        )
-    )
+    if keep_oe:
+        why = f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
+    elif not oe.success:
+        why = "WENDy-MLE kept: output error failed"
+    else:
+        why = f"WENDy-MLE kept: output error weak NLL {oe.nll:.6g} > {threshold:.6g}"
     return FitResult(
         x=chosen.x,
         method="hybrid",

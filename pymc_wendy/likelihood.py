@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 
 from pymc_wendy import _linear, kernels
-from pymc_wendy._validation import check_data
+from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.test_functions import TestFunctions, build_test_functions, from_matrices
@@ -83,13 +83,7 @@ class WeakLikelihood:
         self.t = t
         self.U = U
         if noise == "lognormal":
-            if np.any(U <= 0):
-                m, d = np.argwhere(U <= 0)[0]
-                raise ValueError(
-                    f"log-normal noise needs positive data, but U has {int((U <= 0).sum())} "
-                    f"non-positive entries (first at row {m}, t = {t[m]:g}, state "
-                    f"{model.states[d]!r}); drop those rows or use noise='normal'"
-                )
+            check_positive_data(t, U, model.states)
             self.model = model.log_transformed()
             self.X = np.log(U)
         else:

@@ -27,7 +27,7 @@ from pymc_wendy.problems import (
     solve,
 )
 from pymc_wendy.results import FitResult, FitWarning
-from pymc_wendy.sampling import initial_values, sample
+from pymc_wendy.sampling import initial_values, laplace, sample
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
 
 __version__ = "0.1.0.dev0"
@@ -54,6 +54,7 @@ __all__ = [
     "fit",
     "get_problem",
     "initial_values",
+    "laplace",
     "list_problems",
     "plot_predictive",
     "sample",

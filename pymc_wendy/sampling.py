@@ -27,17 +27,21 @@ particles at a variable's ``initval``, which would collapse its population.
 
 from __future__ import annotations
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
+import xarray as xr
+from pymc.blocking import DictToArrayBijection
+from scipy import optimize
 from threadpoolctl import threadpool_limits
 
 from pymc_wendy.distribution import _is_symbolic, _params_vector
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.kernels import WeakLikelihoodError
 
-__all__ = ["initial_values", "sample"]
+__all__ = ["initial_values", "laplace", "sample"]
 
 
 def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
@@ -167,3 +171,116 @@ def _has_nutpie() -> bool:
     except ImportError:
         return False
     return True
+
+
+def laplace(
+    model: pm.Model | None = None,
+    *,
+    draws: int = 4000,
+    initvals: dict | None = None,
+    random_seed=None,
+    rel_step: float = 1e-5,
+):
+    """Laplace approximation of the posterior at its mode, as ArviZ data.
+
+    The posterior of the free variables *on their unconstrained scale* (PyMC's value
+    variables, log-Jacobian included) is approximated by a Gaussian centred at its mode,
+    with covariance the inverse of the negative log-density's Hessian there; draws from it
+    are mapped back to the original scale, so equal-tailed intervals of bounded variables
+    respect their bounds. The mode is found by L-BFGS-B from :func:`initial_values` (the
+    WENDy-MLE), the Hessian by central differences of the analytic gradient (``2 n``
+    gradient calls for ``n`` unconstrained coordinates).
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        Defaults to the model on the context stack.
+    draws : int
+        Draws from the approximation, stored as one chain.
+    initvals : dict, optional
+        Starting values (original scale); they override :func:`initial_values`.
+    random_seed : int or numpy Generator, optional
+        Seed of the draws.
+    rel_step : float
+        Relative finite-difference step of the Hessian.
+
+    Returns
+    -------
+    xarray.DataTree
+        ``posterior`` with the draws of every free variable and deterministic that depends on
+        them only; ``fit`` with ``mode`` (unconstrained), ``covariance`` and ``success``.
+
+    Raises
+    ------
+    ValueError
+        The Hessian at the mode is not negative definite (no Gaussian approximation exists
+        there, e.g. the optimiser stopped on a ridge or a saddle).
+    """
+    model = pm.modelcontext(model)
+    point = model.initial_point()
+    for name, value in {**initial_values(model), **(initvals or {})}.items():
+        rv = model[name]
+        transform = model.rvs_to_transforms.get(rv)
+        value_var = model.rvs_to_values[rv]
+        if transform is not None:
+            value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
+        point[value_var.name] = np.asarray(value, dtype=value_var.dtype)
+    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars})
+    logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
+    logp_dlogp.set_extra_values({})
+
+    def neg(x):
+        value, grad = logp_dlogp(x)
+        return -float(value), -np.asarray(grad, dtype=float)
+
+    with threadpool_limits(1, user_api="blas"):
+        res = optimize.minimize(neg, x0.data, jac=True, method="L-BFGS-B")
+        x = res.x
+        n = x.size
+        h = rel_step * np.maximum(1.0, np.abs(x))
+        H = np.empty((n, n))
+        for i in range(n):  # n is the number of parameters: a handful of gradient calls
+            e = np.zeros(n)
+            e[i] = h[i]
+            H[:, i] = (neg(x + e)[1] - neg(x - e)[1]) / (2 * h[i])
+    H = 0.5 * (H + H.T)
+    try:
+        chol = np.linalg.cholesky(H)
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            "the negative log-posterior's Hessian at the optimum is not positive definite: "
+            f"no Laplace approximation there (optimiser: {res.message})"
+        ) from None
+    cov = np.linalg.inv(H)
+    rng = np.random.default_rng(random_seed)
+    # x + L^{-T} z has covariance (L L^T)^{-1} = H^{-1}
+    Z = x + np.linalg.solve(chol.T, rng.standard_normal((n, draws))).T
+    names = [v.name for v in model.free_RVs + model.deterministics]
+    fn = model.compile_fn(
+        model.replace_rvs_by_values([model[name] for name in names]),
+        inputs=model.value_vars,
+        point_fn=False,
+        on_unused_input="ignore",
+    )
+    # one compiled call per draw: only the elementwise back-transforms run, no likelihood
+    outs = [fn(*(_unravel(z, x0)[v.name] for v in model.value_vars)) for z in Z]
+    posterior = {name: np.asarray([o[k] for o in outs])[None] for k, name in enumerate(names)}
+    dims = {name: list(model.named_vars_to_dims.get(name, ())) for name in names}
+    coords = {k: list(v) for k, v in model.coords.items() if v is not None}
+    dt = az.from_dict({"posterior": posterior}, dims=dims, coords=coords)
+    coord = list(range(n))
+    dt["fit"] = xr.Dataset(
+        {
+            "mode": ("unconstrained", x),
+            "covariance": (("unconstrained", "unconstrained_bis"), cov),
+        },
+        coords={"unconstrained": coord, "unconstrained_bis": coord},
+        attrs={"success": int(res.success), "message": str(res.message), "nfev": int(res.nfev)},
+    )
+    return dt
+
+
+def _unravel(z: np.ndarray, like) -> dict:
+    from pymc.blocking import DictToArrayBijection
+
+    return DictToArrayBijection.rmap(type(like)(z, like.point_map_info))

@@ -235,7 +235,7 @@ def _bayes(task: _Task, data, record: dict) -> None:
         record["success"] = bool(rhat < 1.05 and div == 0)
         record["message"] = f"r_hat max {rhat:.3f}, min ESS {ess:.0f}, {div} divergences"
     else:
-        idata = laplace(model, random_seed=seed, **opts)
+        idata = laplace(model, random_seed=seed)
         draws = idata.posterior["p"].values[0]
         record["success"] = bool(idata["fit"].attrs["success"])
         record["message"] = str(idata["fit"].attrs["message"])
@@ -404,8 +404,9 @@ def run_coverage(
         Extra keyword arguments of :func:`~pymc_wendy.fit` (``n_starts``, ``options``, ...;
         ``bounds`` defaults to the problem's).
     sample_options : dict, optional
-        Extra keyword arguments of :func:`~pymc_wendy.sample` (``nuts``: ``draws``, ``tune``,
-        ``chains``, ...) or :func:`~pymc_wendy.laplace` (``laplace``: ``draws``).
+        Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` (``draws``,
+        ``tune``, ``chains``, ...; defaults 1000, 1000, 2 and one core per run). ``laplace``
+        uses 4000 draws.
 
     Returns
     -------

@@ -237,7 +237,7 @@ def _warm_start(lik: WeakLikelihood, start: np.ndarray, bounds, fun) -> np.ndarr
         p = _wls(lik, start, bounds=bounds)[0]
         candidates.append(p)
         if lik.model.is_linear_in_params:
-            q = _irls(lik, p, {"max_iter": 20})[0]["x"]
+            q = _irls(lik, p, {"max_iter": 20}, bounds)[0]["x"]
             candidates.append(q if bounds is None else np.clip(q, *bounds))
     except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
         pass
@@ -296,8 +296,9 @@ def _mle(lik, starts, bounds, options, executor):
 # --- WENDy-IRLS ----------------------------------------------------------------------------
 
 
-def _gls_step(lik: WeakLikelihood, C: np.ndarray, p: np.ndarray) -> np.ndarray:
-    """``argmin_q |C^{-1} r(q)|^2`` from ``p``: closed form when linear in the parameters."""
+def _gls_step(lik: WeakLikelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.ndarray:
+    """``argmin_q |C^{-1} r(q)|^2`` from ``p``: closed form when linear in the parameters,
+    else trust-region reflective least squares inside ``bounds``."""
 
     def whiten(v):
         return sla.solve_triangular(C, v, lower=True, check_finite=False)
@@ -320,10 +321,18 @@ def _gls_step(lik: WeakLikelihood, C: np.ndarray, p: np.ndarray) -> np.ndarray:
         except WeakLikelihoodError:
             return np.zeros((n, q.size))
 
-    return optimize.least_squares(res, p, jac=jac, method="trf", x_scale="jac").x
+    box = (-np.inf, np.inf)
+    if bounds is not None:
+        lo, hi = bounds
+        width = hi - lo
+        p = np.clip(p, lo + 1e-9 * width, hi - 1e-9 * width)  # trf needs a strictly feasible start
+        box = (lo, hi)
+    return optimize.least_squares(res, p, jac=jac, bounds=box, method="trf", x_scale="jac").x
 
 
-def _irls(lik: WeakLikelihood, p_init: np.ndarray, options: Mapping) -> tuple[dict, dict]:
+def _irls(
+    lik: WeakLikelihood, p_init: np.ndarray, options: Mapping, bounds=None
+) -> tuple[dict, dict]:
     opts = {**_IRLS_DEFAULTS, **options}
     unknown = set(opts) - set(_IRLS_DEFAULTS)
     if unknown:
@@ -336,7 +345,7 @@ def _irls(lik: WeakLikelihood, p_init: np.ndarray, options: Mapping) -> tuple[di
     for n in range(1, int(opts["max_iter"]) + 1):
         try:
             C = lik._evaluation(p, s2).C
-            p_new = _gls_step(lik, C, p)
+            p_new = _gls_step(lik, C, p, bounds)
             w = sla.solve_triangular(C, lik.residual(p_new), lower=True, check_finite=False)
         except (WeakLikelihoodError, np.linalg.LinAlgError) as exc:
             status, message = "failed", f"iteration {n}: {exc}"
@@ -365,6 +374,11 @@ def _irls(lik: WeakLikelihood, p_init: np.ndarray, options: Mapping) -> tuple[di
         "objective": np.array(objective),
     }
     idx = len(iterates) - 1 if chosen is None else chosen
+    if status != "failed" and not np.isfinite(_safe_nll(lik, p)):
+        # a fixed point of the reweighting may lie where the weak likelihood cannot be
+        # evaluated (S(p) singular or not finite); never report that as success
+        status = "failed"
+        message += "; the weak likelihood is undefined at the result (try bounds)"
     out = {
         "x": p,
         "fun": float(objective[idx]) if idx > 0 else np.nan,
@@ -528,8 +542,10 @@ def fit(
         otherwise the centre of ``bounds`` refined by weak least squares (a nonlinear model
         needs ``p0`` or ``bounds``).
     bounds : sequence of (lower, upper) or scipy.optimize.Bounds, optional
-        Box constraints on ``p`` (``"mle"``, ``"oels"``, ``"hybrid"``) and the box multi-start
-        points are drawn from.
+        Box constraints on ``p`` (``"mle"``, ``"oels"``, ``"hybrid"``, ``"wls"``, and the
+        inner solves of ``"irls"`` for nonlinear-in-parameters models; IRLS's closed-form
+        steps for linear models are unconstrained) and the box multi-start points are drawn
+        from.
     noise : {"normal", "lognormal"}
         Additive Gaussian or multiplicative log-normal noise.
     sigma : float or array (D,), optional
@@ -638,7 +654,7 @@ def fit(
             **common,
         )
     elif method == "irls":
-        out, history = _irls(lik, p_start, options)
+        out, history = _irls(lik, p_start, options, box)
         res = FitResult(
             x=out["x"],
             method=method,

@@ -175,9 +175,7 @@ def _frequentist(task: _Task, data, record: dict) -> None:
     options.setdefault("bounds", prob.bounds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)  # recorded as success=False instead
-        res = fit(
-            prob.model, data.t, data.U, method=task.estimator, noise=prob.noise, **options
-        )
+        res = fit(prob.model, data.t, data.U, method=task.estimator, noise=prob.noise, **options)
     record["estimate"] = res.x.tolist()
     record["success"] = bool(res.success)
     record["message"] = res.message

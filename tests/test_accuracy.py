@@ -21,9 +21,7 @@ import pytest
 import pymc_wendy as pw
 
 
-def _fit_many(
-    name, n, *, noise_ratio, subsample, method="mle", random_start=False, options=None
-):
+def _fit_many(name, n, *, noise_ratio, subsample, method="mle", random_start=False, options=None):
     prob = pw.get_problem(name)
     est = []
     for seed in range(n):

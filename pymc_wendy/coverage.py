@@ -34,6 +34,7 @@ noise ratios or methods), and the assembled result is saved to ``<store>/results
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -295,6 +296,7 @@ class _Store:
         else:
             cfg_file.write_text(json.dumps(config, indent=1))
         self.runs_file = self.path / "runs.jsonl"
+        self._checked_end = False
 
     def load(self) -> dict[str, dict]:
         done: dict[str, dict] = {}
@@ -310,6 +312,14 @@ class _Store:
         return done
 
     def append(self, record: dict) -> None:
+        if not self._checked_end:  # after a crash mid-line, start a new line
+            self._checked_end = True
+            if self.runs_file.exists() and self.runs_file.stat().st_size:
+                with self.runs_file.open("rb") as fh:
+                    fh.seek(-1, os.SEEK_END)
+                    if fh.read(1) != b"\n":
+                        with self.runs_file.open("a") as out:
+                            out.write("\n")
         with self.runs_file.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
@@ -409,8 +419,9 @@ def run_coverage(
     Returns
     -------
     xarray.Dataset
-        Dimensions ``method``, ``noise_ratio``, ``n_points``, ``dataset``, ``param`` (and
-        ``bound`` = lower/upper). Variables: ``estimate``, ``interval``, ``covered``,
+        Dimensions ``estimator`` (the method names; not ``method``, which ``.sel`` takes as
+        a keyword), ``noise_ratio``, ``n_points``, ``dataset``, ``param`` (and ``bound`` =
+        lower/upper). Variables: ``estimate``, ``interval``, ``covered``,
         ``success``, ``fsim_error``, ``fsim_failed``, ``coef_error``, ``wall_time``,
         ``message``; coordinate ``truth`` (param). Runs not finished (an interrupted study)
         are NaN. Attributes record the settings.
@@ -462,10 +473,14 @@ def run_coverage(
     config = _config(prob, seed, level, fit_options, sample_options)
     st = _Store(store, config) if store is not None else None
     done = st.load() if st is not None else {}
-    # a finished run of an estimator counts only if it has every interval now asked for
-    pending = [
-        t for t in tasks if t.key not in done or set(t.kinds) - set(done[t.key]["intervals"])
-    ]
+    # A finished run counts only if it has every interval now asked for; a rerun computes the
+    # ones it had as well, so the new record replaces the old without losing any.
+    pending = []
+    for t in tasks:
+        have = tuple(done[t.key]["intervals"]) if t.key in done else ()
+        if t.key not in done or set(t.kinds) - set(have):
+            kinds = tuple(dict.fromkeys(have + t.kinds)) if t.estimator not in _BAYES else ()
+            pending.append(dataclasses.replace(t, kinds=kinds))
     records = {t.key: done[t.key] for t in tasks if t.key in done}
 
     own_pool = None
@@ -593,7 +608,7 @@ def _to_dataset(prob, labels, records, noise_ratios, n_points, n_datasets, confi
                     wall[idx] = _floats(rec["wall_time"])
                     message[idx] = rec["message"]
     truth = prob.p_true
-    dims = ("method", "noise_ratio", "n_points", "dataset")
+    dims = ("estimator", "noise_ratio", "n_points", "dataset")
     covered = (interval[..., 0] <= truth) & (truth <= interval[..., 1])
     has_ci = np.all(np.isfinite(interval), axis=-1)
     coef = np.linalg.norm(est - truth, axis=-1) / np.linalg.norm(truth)
@@ -610,7 +625,7 @@ def _to_dataset(prob, labels, records, noise_ratios, n_points, n_datasets, confi
             "message": (dims, message.astype(str)),
         },
         coords={
-            "method": list(labels),
+            "estimator": list(labels),
             "noise_ratio": noise_ratios,
             "n_points": n_points,
             "dataset": np.arange(n_datasets),
@@ -645,11 +660,11 @@ def _floats(x):
 def summarize(ds: xr.Dataset) -> xr.Dataset:
     """The metrics of WENDy-MLE Table 1 over data sets, with Monte Carlo standard errors.
 
-    Per ``(method, noise_ratio, n_points, param)``: ``coverage`` (share of intervals that
+    Per ``(estimator, noise_ratio, n_points, param)``: ``coverage`` (share of intervals that
     contain the truth), ``bias`` and ``rel_bias`` (mean error, absolute and relative to
     ``p*``), ``variance`` (the usual sample variance, ``ddof=1``), ``mse`` and ``rel_mse``,
     ``sq_rel_bias`` (eq. 15), ``rel_variance`` (eq. 16, ``ddof=0``), ``width`` (mean interval
-    length). Per ``(method, noise_ratio, n_points)``: ``coef_error`` and ``fsim_error`` (mean
+    length). Per ``(estimator, noise_ratio, n_points)``: ``coef_error`` and ``fsim_error`` (mean
     and median), ``failure_rate`` (forward simulation of the estimate fails, eq. 14),
     ``not_ok_rate`` (the method reported no success), ``wall_time`` (mean), ``n``.
     Each ``*_se`` variable is the Monte Carlo standard error of the one it is named after.
@@ -705,10 +720,12 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
 
 
 def to_table(summary: xr.Dataset, columns: Sequence[str] = ("rel_bias", "rel_mse", "coverage")):
-    """A paper-style table (pandas DataFrame): one row per method, noise ratio, number of
-    points and parameter, the requested ``columns`` with their ``_se`` beside them.
+    """A paper-style table (pandas DataFrame) of :func:`summarize` output.
 
-    Save with ``.to_csv(path)`` or ``.to_markdown()`` (needs ``tabulate``).
+    One row per estimator, noise ratio, number of points and (if any requested column is
+    per parameter) parameter; each requested column is followed by its ``_se`` where there is
+    one. Aggregate columns (``coef_error_mean``, ``failure_rate``, ...) repeat on every
+    parameter's row. Save with ``.to_csv(path)`` or ``.to_markdown()`` (needs ``tabulate``).
     """
     names = []
     for c in columns:
@@ -717,6 +734,8 @@ def to_table(summary: xr.Dataset, columns: Sequence[str] = ("rel_bias", "rel_mse
         names.append(c)
         if f"{c}_se" in summary:
             names.append(f"{c}_se")
-    per_param = [c for c in names if "param" in summary[c].dims]
-    frame = summary[per_param].to_dataframe()[per_param]
-    return frame.drop(columns=[c for c in ("truth",) if c in frame])
+    if any("param" in summary[c].dims for c in names):
+        sub = xr.Dataset({c: summary[c].broadcast_like(summary["coverage"]) for c in names})
+    else:
+        sub = summary[names]
+    return sub.drop_vars("truth", errors="ignore").to_dataframe()[names]

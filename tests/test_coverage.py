@@ -1,0 +1,208 @@
+"""Coverage studies: every code path on small studies (a few data sets each)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import pymc_wendy as pw
+from pymc_wendy import coverage as cov
+
+SMALL = {
+    "noise_ratios": [0.05, 0.1],
+    "n_points": [129],
+    "n_datasets": 3,
+    "progress": False,
+}
+
+
+@pytest.fixture(scope="module")
+def serial_study():
+    return cov.run_coverage(
+        "logistic", methods=["mle", "mle-sandwich", "irls"], max_workers=1, **SMALL
+    )
+
+
+def test_study_layout_and_reproducibility(serial_study):
+    ds = serial_study
+    assert list(ds["estimator"].values) == ["mle-hessian", "mle-sandwich", "irls-gls"]
+    assert ds["estimate"].dims == ("estimator", "noise_ratio", "n_points", "dataset", "param")
+    assert ds.attrs["n_done"] == ds.attrs["n_runs"] == 3 * 2 * 1 * 3
+    assert bool(ds["success"].all())
+    # methods sharing an estimator share the fit; their intervals differ
+    np.testing.assert_array_equal(
+        ds["estimate"].sel(estimator="mle-hessian"), ds["estimate"].sel(estimator="mle-sandwich")
+    )
+    assert not np.allclose(
+        ds["interval"].sel(estimator="mle-hessian"), ds["interval"].sel(estimator="mle-sandwich")
+    )
+    # every run can be reproduced on its own from the documented seed
+    prob = pw.get_problem("logistic")
+    seed = cov._data_seed(0, 0.1, 129, 2)
+    data = prob.simulate(n_points=129, noise_ratio=0.1, seed=seed)
+    res = pw.fit(prob.model, data.t, data.U, bounds=prob.bounds)
+    run = ds.sel(estimator="mle-sandwich", noise_ratio=0.1, n_points=129, dataset=2)
+    np.testing.assert_allclose(run["estimate"], res.x, rtol=1e-10)
+    np.testing.assert_allclose(run["interval"], res.conf_int(0.95, "sandwich"), rtol=1e-10)
+    covered = (run["interval"][:, 0] <= 1.0) & (1.0 <= run["interval"][:, 1])
+    np.testing.assert_array_equal(run["covered"], covered)
+    # forward-simulation error from the true u0 (Table 1 eq. 13)
+    U = pw.solve(prob.model, res.x, prob.u0, data.t)
+    expected = np.linalg.norm(U - data.U_true) / np.linalg.norm(data.U_true)
+    assert run["fsim_error"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_summary_matches_hand_computation(serial_study):
+    s = cov.summarize(serial_study)
+    est = serial_study["estimate"].sel(estimator="irls-gls", noise_ratio=0.05, n_points=129).values
+    err = est - 1.0
+    got = s.sel(estimator="irls-gls", noise_ratio=0.05, n_points=129)
+    np.testing.assert_allclose(got["rel_bias"], err.mean(0))
+    np.testing.assert_allclose(got["rel_mse"], (err**2).mean(0))
+    np.testing.assert_allclose(got["rel_variance"], err.var(0))  # eq. 16: ddof = 0
+    np.testing.assert_allclose(got["bias_se"], err.std(0, ddof=1) / np.sqrt(3))
+    c = serial_study["covered"].sel(estimator="irls-gls", noise_ratio=0.05, n_points=129)
+    np.testing.assert_allclose(got["coverage"], c.values.mean(0))
+    table = cov.to_table(s, ["rel_bias", "coverage", "coef_error_mean"])
+    assert {"rel_bias", "rel_bias_se", "coverage", "coef_error_mean"} <= set(table.columns)
+    assert len(table) == 3 * 2 * 1 * 2  # method x noise x points x param
+
+
+def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
+    store = tmp_path / "study"
+    calls = []
+    real = cov._run_task
+
+    def flaky(task):
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        calls.append(task.key)
+        return real(task)
+
+    monkeypatch.setattr(cov, "_run_task", flaky)
+    kwargs = {"methods": ["mle", "mle-sandwich", "irls"], "max_workers": 1, "store": store}
+    with pytest.raises(KeyboardInterrupt):
+        cov.run_coverage("logistic", **kwargs, **SMALL)
+    lines = (store / "runs.jsonl").read_text().splitlines()
+    assert len(lines) == 4  # finished runs were kept
+    # a line cut short by a crash is ignored (that run is redone)
+    with (store / "runs.jsonl").open("a") as fh:
+        fh.write(lines[0][: len(lines[0]) // 2])
+    calls.clear()
+    monkeypatch.setattr(cov, "_run_task", lambda t: (calls.append(t.key), real(t))[1])
+    ds = cov.run_coverage("logistic", **kwargs, **SMALL)
+    assert len(calls) == 2 * 2 * 3 - 4  # only the rest ran (2 estimators x 2 noise x 3 sets)
+    xr.testing.assert_allclose(
+        ds.drop_vars(["wall_time", "message"]),
+        serial_study.drop_vars(["wall_time", "message"]),
+    )
+    saved = xr.open_dataset(store / "results.nc", engine="h5netcdf")
+    np.testing.assert_allclose(saved["estimate"], ds["estimate"])
+    saved.close()
+    # extending: more data sets and a new interval kind of a finished estimator
+    calls.clear()
+    more = {**SMALL, "n_datasets": 4}
+    ds4 = cov.run_coverage("logistic", **{**kwargs, "methods": ["mle-gls", "irls"]}, **more)
+    assert len(calls) == 2 * 2 * 4 - 2 * 3  # mle refits all 4 for the gls interval; irls 1 new
+    assert ds4.attrs["n_done"] == ds4.attrs["n_runs"]
+    # different settings in the same store are refused
+    with pytest.raises(ValueError, match="different settings"):
+        cov.run_coverage("logistic", **{**kwargs, "store": store}, level=0.9, **SMALL)
+
+
+def test_dask_executor_gives_the_same_runs(serial_study):
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        ds = cov.run_coverage(
+            "logistic",
+            methods=["mle", "mle-sandwich", "irls"],
+            executor=client.get_executor(),
+            **SMALL,
+        )
+    xr.testing.assert_allclose(
+        ds.drop_vars(["wall_time", "message"]),
+        serial_study.drop_vars(["wall_time", "message"]),
+    )
+
+
+def test_default_process_pool():
+    ds = cov.run_coverage(
+        "logistic",
+        methods=["wls"],
+        noise_ratios=[0.1],
+        n_points=[65],
+        n_datasets=2,
+        max_workers=2,
+        progress=True,
+    )
+    assert ds.attrs["n_done"] == 2 and bool(ds["success"].all())
+
+
+def test_bayesian_methods():
+    ds = cov.run_coverage(
+        "logistic",
+        methods=["nuts", "laplace"],
+        noise_ratios=[0.1],
+        n_points=[129],
+        n_datasets=1,
+        max_workers=1,
+        progress=False,
+        sample_options={"draws": 300, "tune": 300},
+    )
+    for m in ("nuts", "laplace"):
+        run = ds.sel(estimator=m).squeeze()
+        lo, hi = run["interval"].sel(bound="lower"), run["interval"].sel(bound="upper")
+        assert (
+            bool(run["success"]) and np.all(lo < run["estimate"]) and np.all(run["estimate"] < hi)
+        )
+        assert np.all(np.abs(run["estimate"] - 1) < 0.1)
+    # the two agree (posterior close to Gaussian at 10 % noise)
+    np.testing.assert_allclose(
+        ds["interval"].sel(estimator="nuts"), ds["interval"].sel(estimator="laplace"), rtol=0.05
+    )
+
+
+def test_failures_do_not_stop_a_study(monkeypatch):
+    def boom(*args, **kwargs):
+        raise np.linalg.LinAlgError("synthetic failure")
+
+    monkeypatch.setattr(pw.estimators, "fit", boom)
+    ds = cov.run_coverage(
+        "logistic", methods=["mle"], noise_ratios=[0.1], n_points=[65], n_datasets=2,
+        max_workers=1, progress=False,
+    )  # fmt: skip
+    assert ds.attrs["n_done"] == 2 and not bool(ds["success"].any())
+    assert "synthetic failure" in str(ds["message"].values[0, 0, 0, 0])
+    assert np.isnan(ds["estimate"]).all() and bool(ds["fsim_failed"].all())
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="unknown method"):
+        cov.run_coverage("logistic", methods=["bogus"])
+    with pytest.raises(ValueError, match="not available"):
+        cov.run_coverage("logistic", methods=["oels-hessian"])
+    with pytest.raises(ValueError, match="must not set"):
+        cov.run_coverage("logistic", fit_options={"method": "wls"})
+    with pytest.raises(ValueError, match="noise ratios"):
+        cov.run_coverage("logistic", noise_ratios=[0.0])
+    with pytest.raises(KeyError, match="unknown problem"):
+        cov.run_coverage("nope")
+
+
+def test_store_record_is_plain_json(tmp_path):
+    cov.run_coverage(
+        "logistic", methods=["wls"], noise_ratios=[0.1], n_points=[65], n_datasets=1,
+        max_workers=1, progress=False, store=tmp_path,
+    )  # fmt: skip
+    rec = json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[0])
+    assert rec["estimator"] == "wls" and len(rec["estimate"]) == 2
+    cfg = json.loads((tmp_path / "study.json").read_text())
+    assert cfg["problem"] == "logistic" and cfg["level"] == 0.95

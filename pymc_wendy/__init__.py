@@ -7,6 +7,8 @@ The data flow is one way: an :class:`ODEModel` and data -> test functions
 estimators (:func:`fit`) and samplers.
 """
 
+from pymc_wendy import coverage
+from pymc_wendy.coverage import run_coverage
 from pymc_wendy.distribution import WeakODELikelihood
 from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
@@ -49,6 +51,7 @@ __all__ = [
     "WeakLogLikelihoodOp",
     "WeakODELikelihood",
     "build_test_functions",
+    "coverage",
     "estimate_initial_state",
     "estimate_noise",
     "fit",
@@ -57,6 +60,7 @@ __all__ = [
     "laplace",
     "list_problems",
     "plot_predictive",
+    "run_coverage",
     "sample",
     "simulate",
     "solve",

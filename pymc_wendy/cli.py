@@ -1,4 +1,5 @@
-"""Command-line entry point: ``pymc-wendy demo`` fits an embedded default problem with PyMC."""
+"""Command-line entry point: ``pymc-wendy demo`` fits an embedded default problem with PyMC;
+``pymc-wendy coverage`` runs a coverage study (:mod:`pymc_wendy.coverage`)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,37 @@ class _pandas_width:
         self._ctx.__exit__(*exc)
 
 
+def _coverage(args) -> int:
+    from pymc_wendy.coverage import run_coverage, summarize, to_table
+
+    def floats(text):
+        return [float(x) for x in text.split(",") if x.strip()]
+
+    kwargs = {
+        "methods": [m for m in args.methods.split(",") if m.strip()],
+        "noise_ratios": floats(args.noise),
+        "n_points": [int(x) for x in floats(args.points)],
+        "n_datasets": args.datasets,
+        "level": args.level,
+        "seed": args.seed,
+        "store": args.store,
+        "max_workers": args.workers,
+    }
+    if args.dask:
+        from distributed import Client
+
+        with Client(args.dask) as client:
+            ds = run_coverage(args.problem, executor=client.get_executor(), **kwargs)
+    else:
+        ds = run_coverage(args.problem, **kwargs)
+    table = to_table(summarize(ds), ["coverage", "rel_bias", "rel_mse", "coef_error_mean"])
+    with _pandas_width():
+        print(table.to_string(float_format=lambda v: f"{v:.4g}"))
+    if args.table:
+        table.to_csv(args.table)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pymc-wendy", description="Weak-form ODE inference (WENDy) for PyMC"
@@ -149,7 +181,24 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--tune", type=int, default=1000)
     d.add_argument("--chains", type=int, default=4)
     d.add_argument("--output", default="pymc_wendy_demo.png", help="plot file ('' for none)")
+    c = sub.add_parser(
+        "coverage",
+        help="coverage/accuracy study over many simulated data sets (resumable with --store)",
+    )
+    c.add_argument("--problem", default="logistic", choices=list_problems())
+    c.add_argument("--methods", default="mle-hessian,mle-sandwich", help="comma-separated")
+    c.add_argument("--noise", default="0.05,0.1,0.2", help="comma-separated noise ratios")
+    c.add_argument("--points", default="513", help="comma-separated numbers of points")
+    c.add_argument("--datasets", type=int, default=100)
+    c.add_argument("--level", type=float, default=0.95)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--store", default=None, help="directory for finished runs (resume)")
+    c.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    c.add_argument("--dask", default=None, help="address of a Dask scheduler to run on")
+    c.add_argument("--table", default=None, help="write the summary table to this CSV file")
     args = parser.parse_args(argv)
+    if args.command == "coverage":
+        return _coverage(args)
     if args.command == "demo":
         return demo(
             args.problem, args.points, args.noise, args.seed, args.draws, args.tune,

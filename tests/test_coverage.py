@@ -206,3 +206,15 @@ def test_store_record_is_plain_json(tmp_path):
     assert rec["estimator"] == "wls" and len(rec["estimate"]) == 2
     cfg = json.loads((tmp_path / "study.json").read_text())
     assert cfg["problem"] == "logistic" and cfg["level"] == 0.95
+
+
+def test_command_line(tmp_path, capsys):
+    from pymc_wendy.cli import main
+
+    args = ["coverage", "--problem", "logistic", "--methods", "mle,mle-sandwich", "--noise",
+            "0.1", "--points", "65", "--datasets", "2", "--workers", "1", "--store",
+            str(tmp_path / "s"), "--table", str(tmp_path / "t.csv")]  # fmt: skip
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "mle-sandwich" in out and "coverage" in out
+    assert (tmp_path / "s" / "results.nc").exists() and (tmp_path / "t.csv").exists()

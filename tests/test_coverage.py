@@ -218,3 +218,17 @@ def test_command_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "mle-sandwich" in out and "coverage" in out
     assert (tmp_path / "s" / "results.nc").exists() and (tmp_path / "t.csv").exists()
+
+
+def test_plot_study(serial_study):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    s = cov.summarize(serial_study)
+    fig = pw.plot_study(s, "coef_error_mean")
+    assert len(fig.axes) == 1 and len(fig.axes[0].lines) >= 3  # one line per estimator
+    fig = pw.plot_study(s, "coverage")
+    assert len(fig.axes[0].get_legend().get_texts()) == 3 * 2  # estimator x parameter
+    with pytest.raises(KeyError, match="not a summary variable"):
+        pw.plot_study(s, "nope")

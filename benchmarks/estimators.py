@@ -57,12 +57,10 @@ def _start(p_true: np.ndarray, bounds, rng: np.random.Generator) -> np.ndarray:
     return p0
 
 
-def _run(prob, data, method: str, p0) -> dict:
-    options = OE_OPTIONS if method in ("oels", "hybrid") else None
-    t0 = time.perf_counter()
+def _fit(prob, data, method: str, p0, options):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)
-        res = fit(
+        return fit(
             prob.model,
             data.t,
             data.U,
@@ -72,6 +70,12 @@ def _run(prob, data, method: str, p0) -> dict:
             noise=prob.noise,
             options=options,
         )
+
+
+def _run(prob, data, method: str, p0) -> dict:
+    options = OE_OPTIONS if method in ("oels", "hybrid") else None
+    t0 = time.perf_counter()
+    res = _fit(prob, data, method, p0, options)
     wall = time.perf_counter() - t0
     err = float(np.linalg.norm(res.x - prob.p_true) / np.linalg.norm(prob.p_true))
     return {"time": wall, "error": err, "success": bool(res.success), "status": res.status}
@@ -80,19 +84,8 @@ def _run(prob, data, method: str, p0) -> dict:
 def _warm_up(prob, data) -> None:
     """Compile the numba kernels of this model once, untimed."""
     p0 = np.asarray(prob.p_true, dtype=float)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FitWarning)
-        for method, options in (("mle", {"maxiter": 1}), ("oels", {"max_nfev": 1})):
-            fit(
-                prob.model,
-                data.t,
-                data.U,
-                method=method,
-                p0=p0,
-                bounds=prob.bounds,
-                noise=prob.noise,
-                options=options,
-            )
+    for method, options in (("mle", {"maxiter": 1}), ("oels", {"max_nfev": 1})):
+        _fit(prob, data, method, p0, options)
 
 
 def main(argv=None) -> dict:

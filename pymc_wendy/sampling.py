@@ -281,6 +281,4 @@ def laplace(
 
 
 def _unravel(z: np.ndarray, like) -> dict:
-    from pymc.blocking import DictToArrayBijection
-
     return DictToArrayBijection.rmap(type(like)(z, like.point_map_info))

@@ -106,8 +106,8 @@ def main(argv=None) -> None:
                 kv = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=False)
                 kvg = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=True)
                 s2 = lik.sigma**2
-                t_v = _best(lambda k=kv, p=p, s2=s2: k(p, s2), args.repeats)
-                t_vg = _best(lambda k=kvg, p=p, s2=s2: k(p, s2), args.repeats)
+                t_v = _best(lambda k=kv, p=p, s2=s2: k(p, s2, 0.0), args.repeats)
+                t_vg = _best(lambda k=kvg, p=p, s2=s2: k(p, s2, 0.0), args.repeats)
                 label = f"numba {path}" + (", sigma in" if infer else "")
                 print(
                     f"{'':<16} {'':>5} {'':>4} {'':>5} {label:<22} {1e3 * t_v:>9.2f} "

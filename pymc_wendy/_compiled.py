@@ -61,11 +61,13 @@ def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
 
 
 @numba.njit(cache=True)
-def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
+def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad):
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
-    derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances.
+    derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances. The
+    covariance is ``S = scale * L diag(s2raw) L^T + diag * I`` (``scale = 1 - ridge``,
+    ``diag = ridge`` for the model; other values for the tempering ladder's relaxed rungs).
     """
     K, M1 = phi.shape
     D = F.shape[1]
@@ -75,7 +77,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
     gs = np.zeros(D)
     if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
-    s2 = (1.0 - ridge) * s2raw
+    s2 = scale * s2raw
     phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
     dphiT = dphi.T.copy()
 
@@ -103,7 +105,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
 
     ST = np.empty((n, n))  # ST.T is the F-ordered S
     _lapack.syrk_lower(LsT.T, ST.T)
-    ok, C, a, nll = _factor_and_nll(ST, r, ridge)
+    ok, C, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
         return np.inf, gp, gs
     if not want_grad:
@@ -131,7 +133,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
                     gp[j] += Bdme * Jup[m, d, e, j]
             gs[e] += acc_s
     for e in range(D):
-        gs[e] *= 0.5 * (1.0 - ridge)
+        gs[e] *= 0.5 * scale
     # a^T dr/dp
     Am = np.empty((K, D))
     for d in range(D):
@@ -146,10 +148,10 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, ridge, want_grad):
 
 
 @numba.njit(cache=True)
-def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_grad):
+def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_grad):
     """Negative log-likelihood and gradients for linear-in-parameter models.
 
-    ``S`` is ``sum_{e, q} w_state[e] wpair[q] A[e, q] + ridge I`` over noise states ``e`` and
+    ``S`` is ``sum_{e, q} w_state[e] wpair[q] A[e, q] + diag I`` over noise states ``e`` and
     the P pairs ``q = (a <= b)`` of ``pt = (1, p)`` (row-major upper-triangle order), with
     ``wpair[q] = pt_a pt_b``. Only the non-zero K x K blocks ``(d, d2)``, ``d >= d2``, of the
     ``A[e, q]`` are stored, transposed: ``blocks[i].T`` is block ``(blk_d[i], blk_d2[i])`` of
@@ -189,7 +191,7 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_g
             for ii in range(K):
                 row[r_off + ii] += w * bj[ii]
     r = r0 + np.dot(G, p)
-    ok, _, a, nll = _factor_and_nll(ST, r, ridge)
+    ok, _, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
         return np.inf, gp, gw
     if not want_grad:
@@ -230,30 +232,43 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, ridge, want_g
     return nll, gp, gw
 
 
-def make_kernel(lik, *, infer_sigma: bool, want_grad: bool) -> Callable:
-    """A numba function ``(p, sigma2) -> (nll, grad_p, grad_sigma2)`` bound to ``lik``'s data.
+def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0) -> Callable:
+    """A numba function ``(p, sigma2, alpha) -> (nll, grad_p, grad_sigma2)`` bound to ``lik``.
 
     The data, test functions and (for linear-in-parameter models) the precomputed coefficient
     matrices are frozen into the compiled function. With ``infer_sigma=False`` the ``sigma2``
-    argument is ignored and ``lik.sigma`` is used.
+    argument is ignored and ``lik.sigma`` is used. ``alpha`` relaxes the covariance toward a
+    multiple of the identity, ``S_alpha = (1 - alpha) S + alpha * relax_scale * I`` (``S`` the
+    model's, ridge included); ``alpha = 0`` is the model's likelihood exactly.
     """
     from pymc_wendy import _linear
 
     form = _linear.form_for(lik, per_state=infer_sigma)
     ridge = float(lik.ridge)
+    c = float(relax_scale)
     if form is not None:
         blocks, be, bq, bd, bd2 = form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2
         r0, G = form.r0, form.G
-        fixed_w = np.ones(1)
-        scale = 1.0 - ridge
+        scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
 
         @numba.njit
-        def linear_kernel(p, sigma2):
-            w = scale * sigma2 if infer_sigma else fixed_w
+        def linear_kernel(p, sigma2, alpha):
+            keep = 1.0 - alpha
+            w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
             nll, gp, gw = linear(
-                blocks, be, bq, bd, bd2, r0, G, np.ascontiguousarray(p), w, ridge, want_grad
+                blocks,
+                be,
+                bq,
+                bd,
+                bd2,
+                r0,
+                G,
+                np.ascontiguousarray(p),
+                w,
+                keep * ridge + alpha * c,
+                want_grad,
             )
-            return nll, gp, gw * scale
+            return nll, gp, gw * (keep * scale)
 
         return linear_kernel
 
@@ -266,7 +281,7 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool) -> Callable:
     fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
 
     @numba.njit
-    def general_kernel(p, sigma2):
+    def general_kernel(p, sigma2, alpha):
         p = np.ascontiguousarray(p)
         F = f(t, X, p, np.zeros((M1, D)))
         Ju = f_u(t, X, p, np.zeros((M1, D, D)))
@@ -277,6 +292,8 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool) -> Callable:
             Jp = np.zeros((0, D, J))
             Jup = np.zeros((0, D, D, J))
         s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
-        return general(phi, dphi, b, F, Ju, Jp, Jup, s2, ridge, want_grad)
+        keep = 1.0 - alpha
+        scale = keep * (1.0 - ridge)
+        return general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, keep * ridge + alpha * c, want_grad)
 
     return general_kernel

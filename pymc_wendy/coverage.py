@@ -378,6 +378,7 @@ def run_coverage(
     progress: bool = True,
     fit_options: Mapping | None = None,
     sample_options: Mapping | None = None,
+    execute: bool = True,
 ) -> xr.Dataset:
     """Run a coverage study and return its per-run results as a labelled dataset.
 
@@ -415,6 +416,9 @@ def run_coverage(
         Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` (``draws``,
         ``tune``, ``chains``, ...; defaults 1000, 1000, 2 and one core per run). ``laplace``
         uses 4000 draws.
+    execute : bool
+        False runs nothing: the result holds what ``store`` has finished (NaN elsewhere), for
+        looking at a study that is still running or was interrupted.
 
     Returns
     -------
@@ -483,6 +487,10 @@ def run_coverage(
             pending.append(dataclasses.replace(t, kinds=kinds))
     records = {t.key: done[t.key] for t in tasks if t.key in done}
 
+    if not execute:
+        if st is None:
+            raise ValueError("execute=False reads a store: pass store=")
+        pending = []
     own_pool = None
     if executor is None:
         workers = max_workers or os.cpu_count() or 1

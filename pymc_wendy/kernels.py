@@ -123,8 +123,13 @@ def evaluate(
     Ju: np.ndarray,
     sigma2: np.ndarray,
     ridge: float,
+    diag: float | None = None,
 ) -> Evaluation:
-    """Residual, covariance factor and negative log-likelihood from ``f`` and ``df/du``."""
+    """Residual, covariance factor and negative log-likelihood from ``f`` and ``df/du``.
+
+    ``S = (1 - ridge) L diag(sigma2) L^T + diag I`` with ``diag = ridge`` unless given (the
+    tempering ladder's relaxed covariances add more to the diagonal).
+    """
     K, M1 = phi.shape
     D = F.shape[1]
     n = K * D
@@ -133,7 +138,7 @@ def evaluate(
     s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
     Ls = (L * np.sqrt(s2)[None, None, :, None]).reshape(n, D * M1)
     S = Ls @ Ls.T
-    S[np.diag_indices_from(S)] += ridge
+    S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = cholesky(S)
     z = _tri(C, r)
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)

@@ -50,42 +50,70 @@ class WeakLogLikelihoodOp(Op):
     compute_grad : bool
         False for the value-only variant (gradient outputs are zeros); the rewrite
         ``weak_loglik_value_only`` installs it where no gradient is used.
+    relax_scale : float, optional
+        Makes the relaxed variant the tempering ladder uses (:mod:`pymc_wendy.tempering`):
+        a last scalar input ``alpha`` in [0, 1] replaces the covariance by
+        ``(1 - alpha) S(p) + alpha * relax_scale * I``; ``alpha = 0`` is the model's likelihood.
 
     Outputs are ``(logp, dlogp/dp)`` or ``(logp, dlogp/dp, dlogp/dsigma2)``.
     """
 
-    __props__ = ("likelihood", "infer_sigma", "compute_grad")
+    __props__ = ("likelihood", "infer_sigma", "compute_grad", "relax_scale")
 
-    def __init__(self, likelihood: WeakLikelihood, infer_sigma: bool, compute_grad: bool = True):
+    def __init__(
+        self,
+        likelihood: WeakLikelihood,
+        infer_sigma: bool,
+        compute_grad: bool = True,
+        relax_scale: float | None = None,
+    ):
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
+        if relax_scale is not None and not (np.isfinite(relax_scale) and relax_scale > 0):
+            raise ValueError(f"relax_scale must be positive and finite; got {relax_scale}")
         self.likelihood = likelihood
         self.infer_sigma = bool(infer_sigma)
         self.compute_grad = bool(compute_grad)
+        self.relax_scale = None if relax_scale is None else float(relax_scale)
 
     def __str__(self) -> str:
         what = "value" if not self.compute_grad else "value+grad"
         sig = ", sigma" if self.infer_sigma else ""
-        return f"WeakLogLikelihood{{{self.likelihood.model.name}{sig}, {what}}}"
+        rel = ", relaxed" if self.relax_scale is not None else ""
+        return f"WeakLogLikelihood{{{self.likelihood.model.name}{sig}{rel}, {what}}}"
+
+    def relaxed(self, relax_scale: float) -> WeakLogLikelihoodOp:
+        """The same likelihood with the covariance relaxation input (class doc)."""
+        return type(self)(self.likelihood, self.infer_sigma, self.compute_grad, relax_scale)
 
     # --- graph ---------------------------------------------------------------------------
-    def make_node(self, p, sigma2=None) -> Apply:
+    def make_node(self, p, *rest) -> Apply:
         J, D = self.likelihood.model.n_params, self.likelihood.model.n_states
         p = pt.as_tensor_variable(p).astype("float64")
         if p.type.ndim != 1 or p.type.shape[0] not in (None, J):
             raise ValueError(f"p must be a vector of length {J}; got type {p.type}")
+        want = int(self.infer_sigma) + int(self.relax_scale is not None)
+        if len(rest) != want:
+            raise ValueError(
+                f"{self} takes p{', sigma2' * self.infer_sigma}"
+                f"{', alpha' * (self.relax_scale is not None)}; got {1 + len(rest)} inputs"
+            )
+        rest = list(rest)
+        alpha = rest.pop() if self.relax_scale is not None else None
+        sigma2 = rest.pop() if self.infer_sigma else None
         inputs = [p]
         outputs = [pt.dscalar(), pt.tensor(dtype="float64", shape=(J,))]
         if self.infer_sigma:
-            if sigma2 is None:
-                raise ValueError("this Op infers sigma: pass the noise variances as sigma2")
             sigma2 = pt.as_tensor_variable(sigma2).astype("float64")
             if sigma2.type.ndim != 1 or sigma2.type.shape[0] not in (None, D):
                 raise ValueError(f"sigma2 must be a vector of length {D}; got type {sigma2.type}")
             inputs.append(sigma2)
             outputs.append(pt.tensor(dtype="float64", shape=(D,)))
-        elif sigma2 is not None:
-            raise ValueError("this Op uses the likelihood's fixed sigma; sigma2 must be None")
+        if alpha is not None:
+            alpha = pt.as_tensor_variable(alpha).astype("float64")
+            if alpha.type.ndim != 0:
+                raise ValueError(f"alpha must be a scalar; got type {alpha.type}")
+            inputs.append(alpha)
         return Apply(self, inputs, outputs)
 
     def infer_shape(self, node, shapes):
@@ -103,7 +131,11 @@ class WeakLogLikelihoodOp(Op):
         g = cotangents[0]
         if isinstance(g.type, DisconnectedType):
             return [DisconnectedType()() for _ in inputs]
-        return [g * out for out in outputs[1:]]
+        grads = [g * out for out in outputs[1:]]
+        if self.relax_scale is not None:
+            # the ladder never differentiates in alpha
+            grads.append(grad_not_implemented(self, len(inputs) - 1, inputs[-1]))
+        return grads
 
     def connection_pattern(self, node):
         n_out = len(node.outputs)
@@ -117,7 +149,10 @@ class WeakLogLikelihoodOp(Op):
         sigma = np.sqrt(inputs[1]) if self.infer_sigma else None
         gs = np.zeros(D)
         try:
-            if self.infer_sigma:
+            if self.relax_scale is not None:
+                s2 = lik.sigma**2 if sigma is None else sigma**2
+                nll, gp, gs = _relaxed_reference(lik, p, s2, float(inputs[-1]), self.relax_scale)
+            elif self.infer_sigma:
                 nll, gp, gs = lik.nll_grad_sigma2(p, sigma)
             elif self.compute_grad:
                 nll, gp = lik.nll_grad(p)
@@ -129,6 +164,21 @@ class WeakLogLikelihoodOp(Op):
         output_storage[1][0] = -np.asarray(gp, dtype=float)
         if self.infer_sigma:
             output_storage[2][0] = -np.asarray(gs, dtype=float)
+
+
+def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
+    """numpy reference of the relaxed likelihood: ``(nll, grad_p, grad_sigma2)``."""
+    from pymc_wendy import kernels
+
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+    F, Ju, Jp, Jup = lik._derivs(lik._p(p), "f", "f_u", "f_p", "f_up")
+    keep = 1.0 - alpha
+    # (1 - ridge) (keep s2) is the relaxed rung's scaled noise; its diagonal adds alpha c
+    diag = keep * lik.ridge + alpha * c
+    ev = kernels.evaluate(lik.phi, lik.dphi, lik.b, F, Ju, keep * s2, lik.ridge, diag)
+    gp, gs, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge)
+    return ev.nll, gp, keep * gs
 
 
 def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:
@@ -162,30 +212,60 @@ def weak_loglik_value_only(fgraph, node):
         return None
     if any(fgraph.clients.get(out) for out in node.outputs[1:]):
         return None
-    new = WeakLogLikelihoodOp(op.likelihood, op.infer_sigma, compute_grad=False)(*node.inputs)
+    new = WeakLogLikelihoodOp(
+        op.likelihood, op.infer_sigma, compute_grad=False, relax_scale=op.relax_scale
+    )(*node.inputs)
     return {node.outputs[0]: new[0]}
 
 
 @register_funcify_and_cache_key(WeakLogLikelihoodOp)
 def _numba_funcify(op, node=None, **kwargs):
+    relaxed = op.relax_scale is not None
     kernel = _compiled.make_kernel(
-        op.likelihood, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
+        op.likelihood,
+        infer_sigma=op.infer_sigma,
+        want_grad=op.compute_grad,
+        relax_scale=op.relax_scale if relaxed else 1.0,
     )
     fixed_s2 = np.asarray(op.likelihood.sigma, dtype=float) ** 2
     from pytensor.link.numba.dispatch.basic import numba_njit
+
+    if op.infer_sigma and relaxed:
+
+        @numba_njit
+        def weak_loglik_sigma_relaxed(p, sigma2, alpha):
+            a = alpha[()]
+            if not 0.0 <= a <= 1.0:
+                return np.array(-np.inf), np.zeros_like(p), np.zeros_like(sigma2)
+            nll, gp, gs = kernel(p, sigma2, a)
+            return np.array(-nll), -gp, -gs
+
+        return weak_loglik_sigma_relaxed, None
 
     if op.infer_sigma:
 
         @numba_njit
         def weak_loglik_sigma(p, sigma2):
-            nll, gp, gs = kernel(p, sigma2)
+            nll, gp, gs = kernel(p, sigma2, 0.0)
             return np.array(-nll), -gp, -gs
 
         return weak_loglik_sigma, None
 
+    if relaxed:
+
+        @numba_njit
+        def weak_loglik_fixed_relaxed(p, alpha):
+            a = alpha[()]
+            if not 0.0 <= a <= 1.0:
+                return np.array(-np.inf), np.zeros_like(p)
+            nll, gp, _ = kernel(p, fixed_s2, a)
+            return np.array(-nll), -gp
+
+        return weak_loglik_fixed_relaxed, None
+
     @numba_njit
     def weak_loglik_fixed(p):
-        nll, gp, _ = kernel(p, fixed_s2)
+        nll, gp, _ = kernel(p, fixed_s2, 0.0)
         return np.array(-nll), -gp
 
     return weak_loglik_fixed, None

@@ -50,7 +50,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     p = data.p_true * 1.02
     s2 = (1.3 * lik.sigma) ** 2
     kernel = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
-    nll, gp, gs = kernel(p, s2)
+    nll, gp, gs = kernel(p, s2, 0.0)
     if infer_sigma:
         ref, ref_gp, ref_gs = lik.nll_grad_sigma2(p, np.sqrt(s2))
         np.testing.assert_allclose(gs, ref_gs, rtol=1e-7, atol=1e-9 * np.abs(ref_gs).max())
@@ -60,7 +60,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
     if infer_sigma:
         value_only = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
-        assert value_only(p, s2)[0] == pytest.approx(nll, rel=1e-12)
+        assert value_only(p, s2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
 
 
 def _verify_grad(lik, p, mode):

@@ -1,0 +1,267 @@
+"""Replica-exchange tempering (``pymc_wendy.sample_sft``): exactness of every rung, usefulness on
+a multimodal weak posterior, the relaxed likelihood, the result and bad input."""
+
+from __future__ import annotations
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+
+import pymc_wendy as pw
+from pymc_wendy import WeakLikelihood, get_problem
+from pymc_wendy.op import WeakLogLikelihoodOp, _relaxed_reference
+from pymc_wendy.tempering import SFTWarning, sample_sft
+
+
+def _gaussian_model(n=20, seed=1):
+    y = np.random.default_rng(seed).normal(3.0, 1.0, n)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0)
+        pm.Normal("y", mu, 1.0, observed=y)
+    return model, y
+
+
+def _check_moments(draws, ess, mean, var, z=4.0):
+    """Mean and variance of ``draws`` against the exact ones within ``z`` Monte Carlo s.e."""
+    draws = np.asarray(draws, dtype=float)
+    se_mean = np.sqrt(var / ess)
+    assert abs(draws.mean() - mean) < z * se_mean, (draws.mean(), mean, se_mean)
+    # s.e. of a sample variance of (nearly) Gaussian draws: var * sqrt(2 / ess)
+    assert abs(draws.var() - var) < z * var * np.sqrt(2.0 / ess), (draws.var(), var)
+
+
+# --- the relaxed likelihood ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "noise", "infer"),
+    [
+        ("logistic", "normal", False),
+        ("goodwin_2d", "normal", False),
+        ("goodwin_2d", "normal", True),
+        ("lotka_volterra", "lognormal", True),
+    ],
+)
+def test_relaxed_op_matches_dense_formula(name, noise, infer):
+    prob = get_problem(name)
+    data = prob.simulate(n_points=129, noise_ratio=0.05, noise=noise, seed=3)
+    lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise)
+    p0 = data.p_true * 1.02
+    sig2 = lik.sigma**2 * 1.1 if infer else lik.sigma**2
+    S = lik.covariance(p0, np.sqrt(sig2))
+    c = float(np.trace(S) / S.shape[0])
+    op = WeakLogLikelihoodOp(lik, infer).relaxed(c)
+    p, a, s2 = pt.dvector("p"), pt.dscalar("a"), pt.dvector("s2")
+    outs = op(p, s2, a) if infer else op(p, a)
+    fn = pytensor.function([p, s2, a], outs, on_unused_input="ignore")
+    r = lik.residual(p0)
+    for alpha in [0.0, 1e-4, 0.3, 1.0]:
+        Sa = (1 - alpha) * S + alpha * c * np.eye(S.shape[0])
+        _, logdet = np.linalg.slogdet(Sa)
+        dense = -0.5 * (logdet + r @ np.linalg.solve(Sa, r) + r.size * np.log(2 * np.pi))
+        got = fn(p0, sig2, alpha)
+        assert got[0] == pytest.approx(dense, rel=1e-9)
+        ref, ref_gp, ref_gs = _relaxed_reference(lik, p0, sig2, alpha, c)
+        np.testing.assert_allclose(-got[1], ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
+        if infer:
+            np.testing.assert_allclose(-got[2], ref_gs, rtol=1e-7, atol=1e-9 * abs(ref_gs).max())
+    # the exact rung is the model's own likelihood
+    assert fn(p0, sig2, 0.0)[0] == pytest.approx(-lik.nll(p0, np.sqrt(sig2)), rel=1e-10)
+    # alpha outside [0, 1] is outside the support, not an error deep inside LAPACK
+    assert fn(p0, sig2, 1.5)[0] == -np.inf
+
+
+def test_relaxed_op_gradient_verify_grad():
+    prob = get_problem("goodwin_2d")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=4)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    p0 = data.p_true * 1.01
+    op = WeakLogLikelihoodOp(lik, True).relaxed(2.0)
+    rng = np.random.default_rng(0)
+    for alpha in (1e-3, 0.5):
+        pytensor.gradient.verify_grad(
+            lambda x, z, a=alpha: op(p0 * (1 + x), lik.sigma**2 * (1.2 + z), pt.constant(a))[0],
+            [np.zeros_like(p0), np.zeros_like(lik.sigma)],
+            rng=rng,
+        )
+
+
+# --- exactness -------------------------------------------------------------------------------
+
+
+def test_power_ladder_every_rung_matches_its_conjugate_target():
+    model, y = _gaussian_model()
+    dt = sample_sft(
+        800,
+        tune=300,
+        chains=2,
+        rungs=4,
+        relaxation="power",
+        model=model,
+        random_seed=1,
+        progressbar=False,
+    )
+    beta = dt.sample_stats["beta"].values
+    assert beta[-1] == 1.0 and np.all(np.diff(beta) > 0)
+    ess = az.ess(dt["rungs"].to_dataset())["mu"].values  # per rung
+    for r, b in enumerate(beta):
+        prec = 1 / 100 + b * y.size
+        draws = dt["rungs"]["mu"].sel(rung=r).values.ravel()
+        _check_moments(draws, ess[r], b * y.sum() / prec, 1 / prec)
+    # the top rung is the posterior group
+    np.testing.assert_array_equal(
+        dt.posterior["mu"].values, dt["rungs"]["mu"].sel(rung=beta.size - 1).values
+    )
+
+
+def test_covariance_ladder_every_rung_matches_quadrature():
+    """Logistic growth (linear in p): each rung's target prior * exp(-l_alpha(p)) is integrated
+    on a grid; draws of every rung match its mean and variance within Monte Carlo error."""
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=2)
+    with pm.Model(coords={"param": list(prob.params)}) as model:
+        p = pm.Normal("p", 0.0, 10.0, dims="param")
+        pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    dt = sample_sft(800, tune=400, chains=2, rungs=4, model=model, random_seed=3, progressbar=False)
+    alpha = dt.sample_stats["alpha"].values
+    assert alpha[0] == 1.0 and alpha[-1] == 0.0 and np.all(np.diff(alpha) < 0)
+    [c] = dt.sample_stats.attrs["relax_scales"]
+    lik = model["U"].tag.wendy[0]
+    pv, av = pt.dvector("p"), pt.dscalar("a")
+    logp = pytensor.function([pv, av], WeakLogLikelihoodOp(lik, False).relaxed(c)(pv, av)[0])
+    ess = az.ess(dt["rungs"].to_dataset())["p"].values  # (rung, param)
+    for r, a in enumerate(alpha):
+        draws = dt["rungs"]["p"].sel(rung=r).values.reshape(-1, 2)
+        mid, sd = draws.mean(0), draws.std(0)
+        g1, g2 = (np.linspace(m - 7 * s, m + 7 * s, 121) for m, s in zip(mid, sd, strict=True))
+        lp = np.array([[logp(np.array([u, v]), a) for v in g2] for u in g1])
+        lp += -0.5 * (g1[:, None] ** 2 + g2[None, :] ** 2) / 100.0
+        w = np.exp(lp - lp.max())
+        w /= w.sum()
+        for j, (grid, marg) in enumerate([(g1, w.sum(1)), (g2, w.sum(0))]):
+            mean = (grid * marg).sum()
+            var = ((grid - mean) ** 2 * marg).sum()
+            _check_moments(draws[:, j], ess[r, j], mean, var)
+
+
+def test_same_seed_same_draws():
+    model, _ = _gaussian_model()
+    kw = dict(tune=50, chains=2, rungs=3, relaxation="power", model=model, progressbar=False)
+    a = sample_sft(50, random_seed=7, **kw)
+    b = sample_sft(50, random_seed=7, **kw)
+    c = sample_sft(50, random_seed=8, **kw)
+    np.testing.assert_array_equal(a.posterior["mu"].values, b.posterior["mu"].values)
+    assert not np.array_equal(a.posterior["mu"].values, c.posterior["mu"].values)
+
+
+# --- usefulness ------------------------------------------------------------------------------
+
+
+def _lv_bimodal():
+    """Lotka-Volterra (129 points, 10 % noise, seed 11): besides the WENDy-MLE mode the weak
+    posterior has a spurious mode near p = (1.84, 40.4, -2.66, -26.2), about 1800 log-density
+    units lower, which optimisers and NUTS started from the prior's centre fall into."""
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.1, seed=11)
+    with pm.Model(coords={"param": list(prob.params)}) as model:
+        p = pm.Normal("p", 0.0, 10.0, dims="param")
+        pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    bad = pm.find_MAP(start={"p": np.zeros(4)}, model=model, progressbar=False)["p"]
+    good = pw.initial_values(model)["p"]
+    return model, prob, good, bad
+
+
+def test_tempering_escapes_the_wrong_basin_where_nuts_does_not():
+    model, prob, good, bad = _lv_bimodal()
+    logp = model.compile_logp()
+    assert logp({"p": good}) - logp({"p": bad}) > 100  # two separated modes, one dominant
+    starts = [{"p": bad}, {"p": good}, {"p": bad}, {"p": good}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        nuts = pm.sample(
+            300,
+            tune=300,
+            chains=4,
+            cores=1,
+            initvals=starts,
+            model=model,
+            random_seed=1,
+            nuts_sampler="pymc",
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    assert float(az.rhat(nuts)["p"].max()) > 1.1  # plain NUTS stays where it started
+    dt = sample_sft(
+        400,
+        tune=400,
+        chains=4,
+        rungs=6,
+        model=model,
+        initvals=starts,
+        random_seed=2,
+        progressbar=False,
+    )
+    assert float(az.rhat(dt)["p"].max()) < 1.01
+    post = dt.posterior["p"]
+    # every chain sits in the dominant mode
+    sd = post.std(("chain", "draw")).values
+    for c in range(4):
+        assert np.all(np.abs(post.sel(chain=c).mean("draw").values - good) < 4 * sd)
+    assert dt.sample_stats["swap_accept"].values.min() > 0.05
+
+
+# --- the result and bad input ----------------------------------------------------------------
+
+
+def test_result_layout_and_never_swapping_warning():
+    model, _ = _gaussian_model(n=2000)
+    with pytest.warns(SFTWarning, match="never accepted"):
+        dt = sample_sft(
+            40,
+            tune=20,
+            chains=2,
+            ladder=[1e-9, 1.0],
+            relaxation="power",
+            model=model,
+            random_seed=0,
+            progressbar=False,
+        )
+    ss = dt.sample_stats
+    assert ss["swap_accept"].dims == ("chain", "pair") and ss["swap_accept"].shape == (2, 1)
+    assert ss["beta"].values.tolist() == pytest.approx([1e-9, 1.0])
+    assert dt.posterior["mu"].shape == (2, 40)
+    assert dt["rungs"]["mu"].shape == (2, 40, 2)
+    for name in ("diverging", "tree_depth", "step_size", "acceptance_rate", "lp"):
+        assert ss[name].dims == ("chain", "draw")
+    assert set(az.summary(dt).index) == {"mu"}
+
+
+def test_bad_input():
+    model, _ = _gaussian_model()
+    with pytest.raises(ValueError, match="no WeakODELikelihood|there are none"):
+        sample_sft(10, tune=0, model=model, progressbar=False)
+    with pytest.raises(ValueError, match="relaxation"):
+        sample_sft(10, model=model, relaxation="temperature", progressbar=False)
+    with pytest.raises(ValueError, match="power ladder"):
+        sample_sft(10, model=model, relaxation="power", ladder=[0.5, 0.1], progressbar=False)
+    with pytest.raises(ValueError, match="initvals has 1 entries for 2 chains"):
+        sample_sft(
+            10,
+            model=model,
+            relaxation="power",
+            chains=2,
+            initvals=[{"mu": 0.0}],
+            progressbar=False,
+        )
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=65, noise_ratio=0.05, seed=2)
+    with pm.Model() as weak:
+        p = pm.Normal("p", 0.0, 10.0, shape=2)
+        pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    with pytest.raises(ValueError, match="covariance ladder"):
+        sample_sft(10, model=weak, ladder=[1.0, 0.1], progressbar=False)

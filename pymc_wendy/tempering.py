@@ -53,6 +53,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
+from threadpoolctl import threadpool_limits
 
 from pymc_wendy.op import WeakLogLikelihoodOp
 
@@ -268,7 +269,7 @@ class _NUTS:
                 rho=leaf.p.copy(),
                 valid=not diverging,
                 n_steps=1,
-                sum_accept=min(1.0, math.exp(dE)) if np.isfinite(dE) else 0.0,
+                sum_accept=math.exp(min(dE, 0.0)) if np.isfinite(dE) else 0.0,
                 diverging=diverging,
             )
         init = self._build(z, depth - 1, direction, E0)
@@ -389,9 +390,14 @@ def _metric_windows(tune: int) -> set[int]:
 
 
 def _covariance_factor(samples: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """Cholesky factor of a regularised sample covariance (shrunk toward its diagonal)."""
+    """Cholesky factor of a regularised sample covariance (shrunk toward its diagonal).
+
+    Only the second half of the window is used: a replica whose state was replaced by a swap
+    from another basin early in the window would otherwise measure the jump, not the rung.
+    """
+    samples = samples[samples.shape[0] // 2 :]
     n = samples.shape[0]
-    if n < 10:
+    if n < 10 or np.unique(samples, axis=0).shape[0] < 10:  # a stuck replica measures nothing
         return fallback
     cov = np.cov(samples, rowvar=False).reshape(samples.shape[1], samples.shape[1])
     shrink = 5.0 / (n + 5.0)
@@ -402,8 +408,9 @@ def _covariance_factor(samples: np.ndarray, fallback: np.ndarray) -> np.ndarray:
         return fallback
 
 
-def _initial_factor(target: _TemperedModel, x, alpha, beta) -> np.ndarray:
-    """Inverse-Hessian metric at ``x`` (central differences of the gradient), or diagonal."""
+def _initial_factor(target: _TemperedModel, x, alpha, beta, fallback=None) -> np.ndarray:
+    """Inverse-Hessian metric at ``x`` (central differences of the gradient); where the
+    Hessian is not negative definite, ``fallback`` or else a diagonal one."""
     n = x.size
     h = 1e-5 * np.maximum(1.0, np.abs(x))
     H = np.empty((n, n))
@@ -418,6 +425,8 @@ def _initial_factor(target: _TemperedModel, x, alpha, beta) -> np.ndarray:
         np.linalg.cholesky(H)  # positive definite: a local mode of the rung
         return np.linalg.cholesky(np.linalg.inv(H))
     except np.linalg.LinAlgError:
+        if fallback is not None:
+            return fallback.copy()
         d = np.abs(np.diag(H))
         d = np.where(np.isfinite(d) & (d > 0), d, 1.0)
         return np.diag(1.0 / np.sqrt(d))
@@ -431,6 +440,7 @@ class _Replica:
     factor: np.ndarray
     eps: float
     da: _DualAverage
+    ref_factor: np.ndarray  # the rung's curvature at the WENDy-MLE: the fallback metric
     window: list = field(default_factory=list)
 
 
@@ -526,7 +536,10 @@ def sample_sft(
         raise ValueError("the model has no free variables to sample")
     rng = np.random.default_rng(random_seed)
     starts = _starts(model, initvals, int(chains))
-    target = _TemperedModel(model, starts[0], relaxation)
+    # the ladder's scale and the first mass matrices come from the WENDy-MLE, not from
+    # wherever a chain is started (possibly a spurious mode)
+    reference = _starts(model, None, 1)[0] if initvals is not None else starts[0]
+    target = _TemperedModel(model, reference, relaxation)
     lad = _make_ladder(relaxation, rungs, ladder, target)
     if adapt_ladder is None:
         adapt_ladder = ladder is None
@@ -534,14 +547,24 @@ def sample_sft(
     xs = [DictToArrayBijection.map({k: starts[c][k] for k in target.point0}).data for c in range(C)]
     rngs = [np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(C)]
 
+    ref_factors = [
+        _initial_factor(target, target.x0.data, lad.alpha[r], lad.beta[r]) for r in range(R)
+    ]
     replicas: list[list[_Replica]] = []
     for c in range(C):
         row = []
         for r in range(R):
-            factor = _initial_factor(target, xs[c], lad.alpha[r], lad.beta[r])
+            # the curvature where the chain starts, if that is a local mode of the rung
+            factor = _initial_factor(target, xs[c], lad.alpha[r], lad.beta[r], ref_factors[r])
             eps = 0.5 / n**0.25
             row.append(
-                _Replica(_State(xs[c].copy()), factor, eps, _DualAverage(eps, target_accept))
+                _Replica(
+                    _State(xs[c].copy()),
+                    factor,
+                    eps,
+                    _DualAverage(eps, target_accept),
+                    ref_factors[r],
+                )
             )
         replicas.append(row)
 
@@ -560,6 +583,8 @@ def sample_sft(
     rung_accept = np.zeros((C, R))
     bar = _Progress(progressbar, total, C)
     start_time = time.perf_counter()
+    # the likelihood's factorisations are small: threads only contend with each other
+    limits = threadpool_limits(1, user_api="blas")
     try:
         for it in range(total):
             tuning = it < tune
@@ -592,14 +617,16 @@ def sample_sft(
                 if not tuning:
                     d = it - int(tune)
                     top["x"].append(replicas[c][R - 1].state.x.copy())
-                    top["lp"].append(replicas[c][R - 1].state.lp)
+                    st_top = replicas[c][R - 1].state
+                    # prior and likelihood stay valid across a swap (the lik is re-evaluated)
+                    top["lp"].append(st_top.prior + lad.beta[R - 1] * st_top.lik)
                     if keep_rungs:
                         for r in range(R):
                             all_rungs[c, d, r] = replicas[c][r].state.x
             if tuning and it + 1 in windows:
                 for row in replicas:
                     for rep in row:
-                        rep.factor = _covariance_factor(np.array(rep.window), rep.factor)
+                        rep.factor = _covariance_factor(np.array(rep.window), rep.ref_factor)
                         rep.window = []
                         rep.da.restart(rep.eps)
             if tuning and adapt_ladder and (it + 1) % ladder_every == 0 and it < ladder_stop:
@@ -618,6 +645,7 @@ def sample_sft(
             bar.update(it, acc.sum() / max(att.sum(), 1) if not tuning else np.nan)
     finally:
         bar.close()
+        limits.restore_original_limits()
     elapsed = time.perf_counter() - start_time
     return _result(
         model,

@@ -1,0 +1,167 @@
+"""Replica-exchange tempering (``sample_sft``) against plain NUTS and SMC: wall time, ESS/s, R-hat.
+
+Two cases:
+
+* ``bimodal``: Lotka-Volterra, 129 points, 10 % noise, seed 11. Its weak posterior has a
+  spurious mode (found by ``find_MAP`` from p = 0) about 1800 log-density units below the
+  WENDy-MLE mode. Four chains start two in each basin. Plain NUTS (PyMC's sampler, which takes
+  one start per chain) keeps them there; ``sample_sft`` should bring all four to the dominant
+  mode; ``pm.sample_smc`` (likelihood tempering from the prior) is the other baseline.
+* ``fhn``: FitzHugh-Nagumo, 513 points, 10 % noise (unimodal): the price of the ladder on the
+  problem of the NUTS speed goal, against ``pymc_wendy.sample`` (nutpie) and SMC.
+
+For each method: wall time (sampling, compile included), minimum bulk ESS over parameters of the
+posterior (the top rung for SFT), ESS per second, max R-hat, and for ``bimodal`` how many chains
+end in the dominant mode. Ratios against plain NUTS are printed from the same run.
+
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/tempering.py [--cases bimodal,fhn] [--draws N]
+      [--rungs R]
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import arviz as az  # noqa: E402
+import numpy as np  # noqa: E402
+import pymc as pm  # noqa: E402
+
+import pymc_wendy as pw  # noqa: E402
+
+
+def _model(name: str, n_points: int, seed: int):
+    prob = pw.get_problem(name)
+    data = prob.simulate(n_points=n_points, noise_ratio=0.1, seed=seed)
+    with pm.Model(coords={"param": list(prob.params)}) as model:
+        p = pm.Normal("p", 0.0, 10.0, dims="param")
+        pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    return model
+
+
+def _row(label, dt, seconds, mode=None):
+    ess = float(az.ess(dt, var_names=["p"])["p"].min())
+    rhat = float(az.rhat(dt, var_names=["p"])["p"].max())
+    line = (
+        f"{label:<26} {seconds:>8.1f} s   min ESS {ess:>7.0f}   ESS/s {ess / seconds:>7.2f}   "
+        f"max R-hat {rhat:>7.3f}"
+    )
+    if mode is not None:
+        good, sd = mode
+        means = dt.posterior["p"].mean("draw").values
+        n_good = int(np.sum(np.all(np.abs(means - good) < 4 * sd, axis=1)))
+        line += f"   chains in the dominant mode {n_good}/{means.shape[0]}"
+    print(line, flush=True)
+    return ess / seconds
+
+
+def _timed(fn):
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = fn()
+    return out, time.perf_counter() - start
+
+
+def bimodal(draws: int, rungs: int) -> None:
+    print("\n## bimodal: Lotka-Volterra, 129 points, 10 % noise, seed 11; 2 chains per basin")
+    model = _model("lotka_volterra", 129, 11)
+    logp = model.compile_logp()
+    bad = pm.find_MAP(start={"p": np.zeros(4)}, model=model, progressbar=False)["p"]
+    good = pw.initial_values(model)["p"]
+    print(
+        f"modes: dominant {np.round(good, 3)} (log p {logp({'p': good}):.1f}), "
+        f"spurious {np.round(bad, 3)} (log p {logp({'p': bad}):.1f})"
+    )
+    starts = [{"p": bad}, {"p": good}, {"p": bad}, {"p": good}]
+    ref, _ = _timed(
+        lambda: pw.sample(
+            draws, tune=draws, chains=4, model=model, random_seed=3, progressbar=False
+        )
+    )
+    sd = ref.posterior["p"].std(("chain", "draw")).values
+    nuts, t_nuts = _timed(
+        lambda: pm.sample(
+            draws,
+            tune=draws,
+            chains=4,
+            cores=1,
+            initvals=starts,
+            model=model,
+            nuts_sampler="pymc",
+            random_seed=1,
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+    )
+    base = _row("NUTS (pymc), split starts", nuts, t_nuts, (good, sd))
+    sft, t_sft = _timed(
+        lambda: pw.sample_sft(
+            draws,
+            tune=draws,
+            chains=4,
+            rungs=rungs,
+            model=model,
+            initvals=starts,
+            random_seed=2,
+            progressbar=False,
+        )
+    )
+    r = _row(f"sample_sft ({rungs} rungs)", sft, t_sft, (good, sd))
+    print(
+        f"{'':<26} swap acceptance per pair {sft.sample_stats['swap_accept'].mean('chain').values.round(2)}"
+        f", alpha {sft.sample_stats['alpha'].values}"
+    )
+    smc, t_smc = _timed(
+        lambda: pm.sample_smc(
+            draws, chains=4, cores=1, model=model, random_seed=4, progressbar=False
+        )
+    )
+    s = _row("pm.sample_smc", smc, t_smc, (good, sd))
+    print(f"ESS/s ratios to plain NUTS: sample_sft {r / base:.2f}, SMC {s / base:.2f}")
+
+
+def fhn(draws: int, rungs: int) -> None:
+    print("\n## fhn: FitzHugh-Nagumo, 513 points, 10 % noise")
+    model = _model("fitzhugh_nagumo", 513, 0)
+    nuts, t_nuts = _timed(
+        lambda: pw.sample(
+            draws, tune=draws, chains=4, model=model, random_seed=1, progressbar=False
+        )
+    )
+    base = _row("pw.sample (nutpie)", nuts, t_nuts)
+    sft, t_sft = _timed(
+        lambda: pw.sample_sft(
+            draws, tune=draws, chains=4, rungs=rungs, model=model, random_seed=2, progressbar=False
+        )
+    )
+    r = _row(f"sample_sft ({rungs} rungs)", sft, t_sft)
+    print(
+        f"{'':<26} swap acceptance per pair {sft.sample_stats['swap_accept'].mean('chain').values.round(2)}"
+    )
+    smc, t_smc = _timed(
+        lambda: pm.sample_smc(
+            draws, chains=4, cores=1, model=model, random_seed=4, progressbar=False
+        )
+    )
+    s = _row("pm.sample_smc", smc, t_smc)
+    print(f"ESS/s ratios to nutpie: sample_sft {r / base:.3f}, SMC {s / base:.3f}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default="bimodal,fhn")
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--rungs", type=int, default=6)
+    args = ap.parse_args(argv)
+    for case in args.cases.split(","):
+        {"bimodal": bimodal, "fhn": fhn}[case](args.draws, args.rungs)
+
+
+if __name__ == "__main__":
+    main()

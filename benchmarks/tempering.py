@@ -60,6 +60,10 @@ def _row(label, dt, seconds, mode=None):
     return ess / seconds
 
 
+def _swaps(dt) -> np.ndarray:
+    return dt.sample_stats["swap_accept"].mean("chain").values.round(2)
+
+
 def _timed(fn):
     start = time.perf_counter()
     with warnings.catch_warnings():
@@ -114,8 +118,7 @@ def bimodal(draws: int, rungs: int) -> None:
     )
     r = _row(f"sample_sft ({rungs} rungs)", sft, t_sft, (good, sd))
     print(
-        f"{'':<26} swap acceptance per pair {sft.sample_stats['swap_accept'].mean('chain').values.round(2)}"
-        f", alpha {sft.sample_stats['alpha'].values}"
+        f"{'':<26} swap acceptance per pair {_swaps(sft)}, alpha {sft.sample_stats['alpha'].values}"
     )
     smc, t_smc = _timed(
         lambda: pm.sample_smc(
@@ -141,9 +144,7 @@ def fhn(draws: int, rungs: int) -> None:
         )
     )
     r = _row(f"sample_sft ({rungs} rungs)", sft, t_sft)
-    print(
-        f"{'':<26} swap acceptance per pair {sft.sample_stats['swap_accept'].mean('chain').values.round(2)}"
-    )
+    print(f"{'':<26} swap acceptance per pair {_swaps(sft)}")
     smc, t_smc = _timed(
         lambda: pm.sample_smc(
             draws, chains=4, cores=1, model=model, random_seed=4, progressbar=False

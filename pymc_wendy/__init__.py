@@ -17,7 +17,7 @@ from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
 from pymc_wendy.output_error import estimate_initial_state
-from pymc_wendy.plots import plot_predictive, plot_study
+from pymc_wendy.plots import plot_intervals, plot_predictive, plot_study
 from pymc_wendy.problems import (
     PROBLEMS,
     Problem,
@@ -59,6 +59,7 @@ __all__ = [
     "initial_values",
     "laplace",
     "list_problems",
+    "plot_intervals",
     "plot_predictive",
     "plot_study",
     "run_coverage",

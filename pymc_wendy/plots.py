@@ -1,4 +1,5 @@
-"""Plots of data against predictive draws (matplotlib, an optional dependency)."""
+"""Plots of data against predictive draws and of coverage studies (matplotlib, an optional
+dependency: ``pip install 'pymc-wendy[plot]'``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["plot_predictive", "plot_study"]
+__all__ = ["plot_intervals", "plot_predictive", "plot_study"]
+
+
+def _pyplot():
+    """``matplotlib.pyplot``, imported only when a plot is drawn (the rest of the package
+    does not need matplotlib)."""
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "plotting needs matplotlib: pip install matplotlib (or 'pymc-wendy[plot]')"
+        ) from exc
+    return plt
 
 
 def plot_predictive(
@@ -41,7 +54,7 @@ def plot_predictive(
     -------
     matplotlib.figure.Figure
     """
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     t = np.asarray(t, dtype=float)
     U = np.asarray(U, dtype=float)
@@ -86,7 +99,7 @@ def plot_study(summary, metric: str = "coef_error_mean", *, axes=None):
     -------
     matplotlib.figure.Figure
     """
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     if metric not in summary:
         raise KeyError(f"{metric!r} is not a summary variable; choose from {list(summary)}")
@@ -120,3 +133,112 @@ def plot_study(summary, metric: str = "coef_error_mean", *, axes=None):
     axes[0].legend(fontsize="small")
     fig.tight_layout()
     return fig
+
+
+def plot_intervals(
+    ds,
+    *,
+    n_points: int | None = None,
+    estimators: Sequence[str] | None = None,
+    params: Sequence[str] | None = None,
+    dodge: float = 0.3,
+    axes=None,
+):
+    """Mean estimate with the mean interval against the noise ratio, and the truth, one panel
+    per parameter and one series per estimator (WENDy-MLE Figs. 2-7).
+
+    Each point is the mean of the estimates over a setting's data sets, its error bar runs
+    from the mean lower to the mean upper interval bound; a dashed line marks ``p*``.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Output of :func:`pymc_wendy.run_coverage` (variables ``estimate`` and ``interval``,
+        coordinate ``truth``).
+    n_points : int, optional
+        Draw only this number of points. Default: every number of points in ``ds``, one
+        series per estimator and number of points.
+    estimators : sequence of str, optional
+        The estimators to draw (default: all, in the dataset's order).
+    params : sequence of str, optional
+        The parameters to draw, one panel each (default: all).
+    dodge : float
+        Series at the same noise ratio are spread horizontally over this fraction of the
+        smallest gap between noise ratios, so that their error bars do not hide each other;
+        0 draws them on top of each other.
+    axes : sequence of matplotlib axes, optional
+        One per parameter.
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+
+    Notes
+    -----
+    A run enters a setting's means only if both its estimate and its interval are finite
+    (runs that failed, or are not finished in a study still running, are left out), so the
+    mean estimate and the mean interval describe the same runs.
+    """
+    plt = _pyplot()
+
+    missing = {"estimate", "interval", "truth"} - set(ds.variables)
+    if missing:
+        raise KeyError(f"ds lacks {sorted(missing)}: pass the output of run_coverage")
+    if n_points is not None:
+        if n_points not in ds["n_points"].values:
+            raise ValueError(
+                f"n_points={n_points} is not in the study ({ds['n_points'].values.tolist()})"
+            )
+        ds = ds.sel(n_points=[n_points])
+    if estimators is not None:
+        ds = ds.sel(estimator=list(estimators))
+    if params is not None:
+        ds = ds.sel(param=list(params))
+    mean, lower, upper = _interval_means(ds)
+
+    names = ds["param"].values.tolist()
+    if axes is None:
+        ncols = min(len(names), 3)
+        nrows = -(-len(names) // ncols)
+        fig, grid = plt.subplots(nrows, ncols, figsize=(4.5 * ncols, 3.5 * nrows), squeeze=False)
+        for ax in grid.ravel()[len(names) :]:
+            ax.set_visible(False)
+        axes = grid.ravel()[: len(names)]
+    axes = list(np.ravel(axes))
+    if len(axes) < len(names):
+        raise ValueError(f"{len(names)} parameters need as many axes; got {len(axes)}")
+    fig = axes[0].figure
+
+    nr = 100 * ds["noise_ratio"].values
+    series = [(e, n) for e in ds["estimator"].values for n in ds["n_points"].values]
+    gap = np.min(np.diff(np.sort(nr))) if nr.size > 1 else 1.0
+    shifts = dodge * gap * (np.linspace(-0.5, 0.5, len(series)) if len(series) > 1 else [0.0])
+    several_n = ds.sizes["n_points"] > 1
+    title = "" if several_n else f" ({int(ds['n_points'].values[0])} points)"
+    for j, (ax, name) in enumerate(zip(axes, names, strict=False)):
+        for k, (est, n) in enumerate(series):
+            y = mean.sel(estimator=est, n_points=n, param=name).values
+            lo = lower.sel(estimator=est, n_points=n, param=name).values
+            hi = upper.sel(estimator=est, n_points=n, param=name).values
+            # Matplotlib rejects negative error-bar lengths; an interval missing its own mean
+            # estimate (possible for skewed posteriors) is drawn up to the point instead.
+            yerr = np.clip([y - lo, hi - y], 0.0, None)
+            label = f"{est}, {n} points" if several_n else str(est)
+            ax.errorbar(nr + shifts[k], y, yerr=yerr, marker="o", ms=3, capsize=2, label=label)
+        ax.axhline(float(ds["truth"].values[j]), color="k", lw=0.8, ls="--", label="truth")
+        ax.set_title(f"{name}{title}")
+        ax.set_xlabel("noise ratio (%)")
+    axes[0].set_ylabel("mean estimate, mean interval")
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def _interval_means(ds):
+    """Mean estimate, mean lower and mean upper bound over data sets, each over the runs whose
+    estimate and interval are all finite."""
+    est = ds["estimate"]
+    lo = ds["interval"].sel(bound="lower", drop=True)
+    hi = ds["interval"].sel(bound="upper", drop=True)
+    ok = np.isfinite(est) & np.isfinite(lo) & np.isfinite(hi)
+    return tuple(v.where(ok).mean("dataset") for v in (est, lo, hi))

@@ -232,3 +232,115 @@ def test_plot_study(serial_study):
     assert len(fig.axes[0].get_legend().get_texts()) == 3 * 2  # estimator x parameter
     with pytest.raises(KeyError, match="not a summary variable"):
         pw.plot_study(s, "nope")
+
+
+def _errorbars(ax):
+    """``(x, y, lower, upper)`` of each errorbar series drawn on ``ax``, in drawing order."""
+    out = []
+    for c in ax.containers:
+        data_line, _, (bars, *_) = c.lines
+        x, y = data_line.get_xydata().T
+        seg = np.array(bars.get_segments())  # one [[x, lo], [x, hi]] per point
+        out.append((x, y, seg[:, 0, 1], seg[:, 1, 1]))
+    return out
+
+
+def test_plot_intervals(serial_study):
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ds = serial_study
+    fig = pw.plot_intervals(ds, n_points=129, dodge=0.0)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == ["p1 (129 points)", "p2 (129 points)"]
+    for j, ax in enumerate(axes):
+        bars = _errorbars(ax)
+        assert len(bars) == ds.sizes["estimator"]
+        for (x, y, lo, hi), est in zip(bars, ds["estimator"].values, strict=True):
+            run = ds.sel(estimator=est, n_points=129).isel(param=j)
+            np.testing.assert_allclose(x, [5.0, 10.0])  # noise ratio in percent
+            np.testing.assert_allclose(y, run["estimate"].values.mean(axis=-1))
+            np.testing.assert_allclose(lo, run["interval"].values[..., 0].mean(axis=-1))
+            np.testing.assert_allclose(hi, run["interval"].values[..., 1].mean(axis=-1))
+        truth = [ln for ln in ax.lines if ln.get_label() == "truth"]
+        assert len(truth) == 1 and np.all(np.asarray(truth[0].get_ydata()) == 1.0)
+    labels = {t.get_text() for t in axes[0].get_legend().get_texts()}
+    assert labels == {"truth", "mle-hessian", "mle-sandwich", "irls-gls"}
+
+
+def test_plot_intervals_synthetic():
+    """Means skip runs without a finite estimate and interval; dodging shifts x only; one
+    series per estimator and number of points unless one is chosen."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    rng = np.random.default_rng(0)
+    shape = (2, 3, 2, 5, 3)  # estimator, noise ratio, n_points, dataset, param
+    est = 2.0 + rng.normal(size=shape)
+    half = rng.uniform(0.1, 1.0, size=shape)
+    interval = np.stack([est - half, est + 2 * half], axis=-1)
+    est[0, 1, 0, 2, 1] = np.nan  # a failed run
+    interval[1, 0, 1, 4, 0, 1] = np.nan  # a run without an interval
+    truth = np.array([2.0, -1.0, 0.5])
+    ds = xr.Dataset(
+        {
+            "estimate": (("estimator", "noise_ratio", "n_points", "dataset", "param"), est),
+            "interval": (
+                ("estimator", "noise_ratio", "n_points", "dataset", "param", "bound"),
+                interval,
+            ),
+        },
+        coords={
+            "estimator": ["a", "b"],
+            "noise_ratio": [0.01, 0.05, 0.2],
+            "n_points": [257, 513],
+            "dataset": np.arange(5),
+            "param": ["p1", "p2", "p3"],
+            "bound": ["lower", "upper"],
+            "truth": ("param", truth),
+        },
+    )
+    ok = np.isfinite(est) & np.all(np.isfinite(interval), axis=-1)
+
+    def expected(a, c, j):
+        m = ok[a, :, c, :, j]
+        mean = lambda v: np.where(m, v, 0).sum(-1) / m.sum(-1)  # noqa: E731
+        return (
+            mean(est[a, :, c, :, j]),
+            mean(interval[a, :, c, :, j, 0]),
+            mean(interval[a, :, c, :, j, 1]),
+        )
+
+    fig = pw.plot_intervals(ds, n_points=513, dodge=0.5)
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(axes) == 3
+    for j, ax in enumerate(axes):
+        (x0, *got0), (x1, *got1) = _errorbars(ax)
+        # two series spread over half the smallest gap (4 percentage points) around each ratio
+        np.testing.assert_allclose(x0, [1 - 1, 5 - 1, 20 - 1])
+        np.testing.assert_allclose(x1, [1 + 1, 5 + 1, 20 + 1])
+        for a, got in enumerate((got0, got1)):
+            np.testing.assert_allclose(got, expected(a, 1, j))
+        truth_lines = [ln for ln in ax.lines if ln.get_label() == "truth"]
+        assert np.all(np.asarray(truth_lines[0].get_ydata()) == truth[j])
+    # every number of points: 2 estimators x 2 numbers of points per panel, labelled as such
+    fig = pw.plot_intervals(ds, params=["p2"], dodge=0.0)
+    (ax,) = [ax for ax in fig.axes if ax.get_visible()]
+    bars = _errorbars(ax)
+    assert len(bars) == 4
+    np.testing.assert_allclose(bars[2][1], expected(1, 0, 1)[0])  # b, 257 points
+    assert "b, 257 points" in [t.get_text() for t in ax.get_legend().get_texts()]
+    with pytest.raises(ValueError, match="not in the study"):
+        pw.plot_intervals(ds, n_points=1025)
+    with pytest.raises(KeyError, match="lacks"):
+        pw.plot_intervals(ds.drop_vars("interval"))
+
+
+def test_plots_say_when_matplotlib_is_missing(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)  # makes the import fail
+    with pytest.raises(ImportError, match="plotting needs matplotlib"):
+        pw.plot_intervals(None)

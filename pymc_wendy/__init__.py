@@ -30,6 +30,7 @@ from pymc_wendy.problems import (
 )
 from pymc_wendy.results import FitResult, FitWarning
 from pymc_wendy.sampling import initial_values, laplace, sample
+from pymc_wendy.tempering import SFTWarning, sample_sft
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
 
 __version__ = "0.1.0.dev0"
@@ -43,6 +44,7 @@ __all__ = [
     "ODEDefinitionError",
     "ODEModel",
     "Problem",
+    "SFTWarning",
     "SimulatedData",
     "SimulationError",
     "TestFunctions",
@@ -64,6 +66,7 @@ __all__ = [
     "plot_study",
     "run_coverage",
     "sample",
+    "sample_sft",
     "simulate",
     "solve",
     "weak_least_squares",

@@ -47,6 +47,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from pymc_wendy._progress import ProgressBar
 from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
 
 __all__ = ["default_priors", "run_coverage", "summarize", "to_table"]
@@ -544,43 +545,25 @@ def _collect(fut: cf.Future, records: dict, st: _Store | None, bar) -> None:
 
 
 class _progress:
-    """A rich progress bar (or nothing) counting finished runs and failures."""
+    """A progress bar (or nothing) counting finished runs and failures."""
 
     def __init__(self, enabled: bool, total: int, completed: int, name: str):
         self.failed = 0
-        self._p = None
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._p = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[failed]} not ok"),
-        )
-        self._p.start()
-        self._task = self._p.add_task(
-            f"coverage {name}", total=total, completed=completed, failed=0
+        self._bar = ProgressBar(
+            enabled,
+            f"coverage {name}",
+            total,
+            "{task.fields[failed]} not ok",
+            completed=completed,
+            failed=0,
         )
 
     def advance(self, rec: dict) -> None:
         self.failed += not rec["success"]
-        if self._p is not None:
-            self._p.update(self._task, advance=1, failed=self.failed)
+        self._bar.update(advance=1, failed=self.failed)
 
     def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
+        self._bar.close()
 
 
 # --- assembling the dataset ----------------------------------------------------------------

@@ -55,6 +55,7 @@ from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
 from threadpoolctl import threadpool_limits
 
+from pymc_wendy._progress import ProgressBar
 from pymc_wendy.op import WeakLogLikelihoodOp
 
 __all__ = ["SFTWarning", "sample_sft"]
@@ -784,37 +785,16 @@ def _swap(target, row: list[_Replica], k: int, lad: _Ladder, rng) -> bool:
 
 class _Progress:
     def __init__(self, enabled: bool, total: int, chains: int):
-        self._p = None
-        if not enabled:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
+        self._bar = ProgressBar(
+            enabled, f"SFT ({chains} chains)", total, "swap acc. {task.fields[swap]}", swap="tuning"
         )
-
-        self._p = Progress(
-            TextColumn("SFT ({task.fields[chains]} chains)"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            TextColumn("swap acc. {task.fields[swap]}"),
-        )
-        self._p.start()
-        self._task = self._p.add_task("sft", total=total, chains=chains, swap="tuning")
 
     def update(self, it: int, swap_rate: float) -> None:
-        if self._p is not None:
-            text = "tuning" if not np.isfinite(swap_rate) else f"{swap_rate:.2f}"
-            self._p.update(self._task, completed=it + 1, swap=text)
+        text = "tuning" if not np.isfinite(swap_rate) else f"{swap_rate:.2f}"
+        self._bar.update(completed=it + 1, swap=text)
 
     def close(self) -> None:
-        if self._p is not None:
-            self._p.stop()
+        self._bar.close()
 
 
 # --- ArviZ output --------------------------------------------------------------------------

@@ -45,19 +45,14 @@ def _model(name: str, n_points: int, seed: int):
     return model
 
 
-def _row(label, dt, seconds, mode=None, var="p"):
+def _row(label, dt, seconds, var="p"):
     ess = float(az.ess(dt, var_names=[var])[var].min())
     rhat = float(az.rhat(dt, var_names=[var])[var].max())
-    line = (
+    print(
         f"{label:<26} {seconds:>8.1f} s   min ESS {ess:>7.0f}   ESS/s {ess / seconds:>7.2f}   "
-        f"max R-hat {rhat:>7.3f}"
+        f"max R-hat {rhat:>7.3f}",
+        flush=True,
     )
-    if mode is not None:
-        good, sd = mode
-        means = dt.posterior["p"].mean("draw").values
-        n_good = int(np.sum(np.all(np.abs(means - good) < 4 * sd, axis=1)))
-        line += f"   chains in the dominant mode {n_good}/{means.shape[0]}"
-    print(line, flush=True)
     return ess / seconds
 
 

@@ -196,6 +196,11 @@ def _squared_logistic(t, u, q):
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    reason="issue 6 is open: mode switches go through the bottom rung only, R-hat 1.01-1.04 and "
+    "a heavier-mode share of 0.81-0.87 against about 0.74 were measured (docs/tempering.md)",
+    strict=False,
+)
 def test_tempering_mixes_a_bimodal_weak_posterior_where_nuts_does_not():
     """Logistic growth written with p1 = q1^2: the weak likelihood is exactly symmetric in q1,
     the prior N(0.5, 1) makes q1 = +1 e times heavier than q1 = -1, and between them the
@@ -234,9 +239,13 @@ def test_tempering_mixes_a_bimodal_weak_posterior_where_nuts_does_not():
         progressbar=False,
     )
     post = dt.posterior["q1"].values
-    assert float(az.rhat(dt)["q1"]) < 1.02
-    assert np.all((post > 0).mean(axis=1) > 0.5)  # every chain spends most time in the heavier mode
-    assert np.all((post < 0).mean(axis=1) > 0.02)  # and visits the other one
+    assert float(az.rhat(dt)["q1"]) < 1.01
+    # the heavier mode's share: E_+[exp(-q1)] = mass(-) / mass(+) for this prior
+    plus = (post > 0).astype(float)
+    q_plus = post[post > 0]
+    exact = 1.0 / (1.0 + np.mean(np.exp(-q_plus)))
+    se = np.sqrt(exact * (1 - exact) / float(az.ess(plus)))
+    assert abs(plus.mean() - exact) < 4 * se, (plus.mean(), exact, se)
 
 
 # --- the result and bad input ----------------------------------------------------------------

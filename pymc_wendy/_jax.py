@@ -200,6 +200,12 @@ def jax_loglik_functions(lik: WeakLikelihood, infer_sigma: bool) -> tuple[Callab
 
 @jax_funcify.register(WeakLogLikelihoodOp)
 def _jax_funcify_weak_loglik(op, node=None, **kwargs):
+    if op.relax_scale is not None:
+        # a silent alpha = 0 would give every tempering rung the model's likelihood
+        raise NotImplementedError(
+            "the relaxed weak likelihood of the tempering ladder has no JAX implementation; "
+            "use pymc_wendy.sample_sft with the default (numba) backend"
+        )
     lik = op.likelihood
     J, D = lik.model.n_params, lik.model.n_states
     value_and_grads, value = jax_loglik_functions(lik, op.infer_sigma)

@@ -217,14 +217,7 @@ def laplace(
         there, e.g. the optimiser stopped on a ridge or a saddle).
     """
     model = pm.modelcontext(model)
-    point = model.initial_point()
-    for name, value in {**initial_values(model), **(initvals or {})}.items():
-        rv = model[name]
-        transform = model.rvs_to_transforms.get(rv)
-        value_var = model.rvs_to_values[rv]
-        if transform is not None:
-            value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
-        point[value_var.name] = np.asarray(value, dtype=value_var.dtype)
+    point = _unconstrained_point(model, {**initial_values(model), **(initvals or {})})
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars})
     logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
     logp_dlogp.set_extra_values({})
@@ -278,6 +271,20 @@ def laplace(
         attrs={"success": int(res.success), "message": str(res.message), "nfev": int(res.nfev)},
     )
     return dt
+
+
+def _unconstrained_point(model: pm.Model, values: dict) -> dict[str, np.ndarray]:
+    """The model's initial point with ``values`` (original scale) mapped onto its value
+    variables through their transforms."""
+    point = model.initial_point()
+    for name, value in values.items():
+        rv = model[name]
+        transform = model.rvs_to_transforms.get(rv)
+        value_var = model.rvs_to_values[rv]
+        if transform is not None:
+            value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
+        point[value_var.name] = np.asarray(value, dtype=value_var.dtype)
+    return point
 
 
 def _unravel(z: np.ndarray, like) -> dict:

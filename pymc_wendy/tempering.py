@@ -123,7 +123,6 @@ class _TemperedModel:
     vector ``x``, its gradient, and the value-only parts used by swaps."""
 
     def __init__(self, model: pm.Model, start: dict, relaxation: Relaxation):
-        self.model = model
         value_vars = model.value_vars
         self.point0 = {v.name: np.asarray(start[v.name]) for v in value_vars}
         self.x0 = DictToArrayBijection.map(self.point0)
@@ -136,7 +135,6 @@ class _TemperedModel:
             for n in applys_between(value_vars, [lik])
             if isinstance(n.op, WeakLogLikelihoodOp) and n.op.relax_scale is None
         ]
-        self.n_weak = len(nodes)
         self.relax_scales: list[float] = []
         self.alpha_min = 1e-6
         if relaxation == "covariance":
@@ -536,10 +534,9 @@ def sample_sft(
     if not model.value_vars:
         raise ValueError("the model has no free variables to sample")
     rng = np.random.default_rng(random_seed)
-    starts = _starts(model, initvals, int(chains))
     # the ladder's scale and the first mass matrices come from the WENDy-MLE, not from
     # wherever a chain is started (possibly a spurious mode)
-    reference = _starts(model, None, 1)[0] if initvals is not None else starts[0]
+    starts, reference = _starts(model, initvals, int(chains))
     target = _TemperedModel(model, reference, relaxation)
     lad = _make_ladder(relaxation, rungs, ladder, target)
     if adapt_ladder is None:
@@ -666,9 +663,10 @@ def sample_sft(
     )
 
 
-def _starts(model: pm.Model, initvals, chains: int) -> list[dict]:
-    """Unconstrained start points, one per population."""
-    from pymc_wendy.sampling import initial_values
+def _starts(model: pm.Model, initvals, chains: int) -> tuple[list[dict], dict]:
+    """Unconstrained start points, one per population, and the reference point (the
+    WENDy-MLE where available, whatever the populations' starts)."""
+    from pymc_wendy.sampling import _unconstrained_point, initial_values
 
     if initvals is None or isinstance(initvals, Mapping):
         per_chain = [dict(initvals or {})] * chains
@@ -677,21 +675,14 @@ def _starts(model: pm.Model, initvals, chains: int) -> list[dict]:
         if len(per_chain) != chains:
             raise ValueError(f"initvals has {len(per_chain)} entries for {chains} chains")
     base = initial_values(model)
-    out = []
+    starts = []
     for given in per_chain:
-        point = model.initial_point()
-        for name, value in {**base, **given}.items():
-            rv = model[name]
-            transform = model.rvs_to_transforms.get(rv)
-            value_var = model.rvs_to_values[rv]
-            if transform is not None:
-                value = transform.forward(pt.as_tensor(value), *rv.owner.inputs).eval()
-            value = np.asarray(value, dtype=value_var.dtype)
-            if not np.all(np.isfinite(value)):
+        point = _unconstrained_point(model, {**base, **given})
+        for name in given:
+            if not np.all(np.isfinite(point[model.rvs_to_values[model[name]].name])):
                 raise ValueError(f"initvals[{name!r}] is outside the variable's support")
-            point[value_var.name] = value
-        out.append(point)
-    return out
+        starts.append(point)
+    return starts, _unconstrained_point(model, base)
 
 
 def _make_ladder(relaxation, rungs, ladder, target: _TemperedModel) -> _Ladder:

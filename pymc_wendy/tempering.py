@@ -60,7 +60,7 @@ from pymc_wendy.op import WeakLogLikelihoodOp
 
 __all__ = ["SFTWarning", "sample_sft"]
 
-Relaxation = Literal["covariance", "power"]
+Relaxation = Literal["covariance", "power", "hybrid"]
 _MAX_ENERGY_ERROR = 1000.0
 
 
@@ -94,7 +94,9 @@ class _Ladder:
         return self.beta_min ** (1.0 - self.s)
 
     def level_of(self, value: float) -> float:
-        """The level ``s`` of a relaxation value (``alpha`` or ``beta``)."""
+        """The level ``s`` of a relaxation value (``alpha``, ``beta`` or, hybrid, ``s``)."""
+        if self.relaxation == "hybrid":
+            return value
         if self.relaxation == "power":
             return 1.0 - math.log(value) / math.log(self.beta_min)
         a = self.alpha_min
@@ -137,10 +139,10 @@ class _TemperedModel:
         ]
         self.relax_scales: list[float] = []
         self.alpha_min = 1e-6
-        if relaxation == "covariance":
+        if relaxation != "power":
             if not nodes:
                 raise ValueError(
-                    "relaxation='covariance' relaxes the model's WeakODELikelihood terms and "
+                    f"relaxation={relaxation!r} relaxes the model's WeakODELikelihood terms and "
                     "there are none; use relaxation='power'"
                 )
             scales, eig_min = self._relax_scales(nodes, value_vars)
@@ -523,8 +525,10 @@ def sample_sft(
         add rungs), when the top rung diverged, or when its chains disagree (R-hat > 1.01).
     """
     model = pm.modelcontext(model)
-    if relaxation not in ("covariance", "power"):
-        raise ValueError(f"relaxation must be 'covariance' or 'power'; got {relaxation!r}")
+    if relaxation not in ("covariance", "power", "hybrid"):
+        raise ValueError(
+            f"relaxation must be 'covariance', 'power' or 'hybrid'; got {relaxation!r}"
+        )
     if swap not in ("deo", "random"):
         raise ValueError(f"swap must be 'deo' or 'random'; got {swap!r}")
     if int(draws) < 1 or int(tune) < 0 or int(chains) < 1:
@@ -703,6 +707,12 @@ def _make_ladder(relaxation, rungs, ladder, target: _TemperedModel) -> _Ladder:
                 f"easiest rung to the model's alpha = 0; got {list(values)}"
             )
         lad.alpha_min = float(min(lad.alpha_min, values[-2] / 10.0))
+    elif relaxation == "hybrid":
+        if values[-1] != 1.0 or np.any(np.diff(values) <= 0) or values[0] < 0:
+            raise ValueError(
+                "a hybrid ladder lists levels s in [0, 1], strictly increasing to the model's "
+                f"s = 1; got {list(values)}"
+            )
     else:
         if values[-1] != 1.0 or np.any(np.diff(values) <= 0) or values[0] <= 0:
             raise ValueError(
@@ -753,7 +763,7 @@ def _swap(target, row: list[_Replica], k: int, lad: _Ladder, rng) -> bool:
             )
             rep.state.stale = False
     alpha, beta = lad.alpha, lad.beta
-    if lad.relaxation == "power":
+    if alpha[k] == alpha[k + 1]:
         lik_a_at_b, lik_b_at_a = b.state.lik, a.state.lik  # same likelihood on every rung
     else:
         lik_a_at_b = target.parts(b.state.x, alpha[k])[1]  # rung k's likelihood at b's state
@@ -769,7 +779,7 @@ def _swap(target, row: list[_Replica], k: int, lad: _Ladder, rng) -> bool:
         return False
     a.state, b.state = b.state, a.state
     a.state.stale = b.state.stale = True  # lp and gradient belong to the other rung
-    if lad.relaxation == "covariance":
+    if alpha[k] != alpha[k + 1]:
         a.state.lik, b.state.lik = lik_a_at_b, lik_b_at_a
     return True
 
@@ -818,8 +828,11 @@ def _result(
     def stat(key, dtype=float):
         return np.asarray(top[key], dtype=dtype).reshape(D, C).T
 
+    posterior = constrained(X)
+    for name, v in posterior.items():  # ArviZ's default names for dimensions without dims
+        dims[name] += [f"{name}_dim_{i}" for i in range(len(dims[name]), v.ndim - 2)]
     groups = {
-        "posterior": constrained(X),
+        "posterior": posterior,
         "sample_stats": {
             "diverging": stat("diverging", bool),
             "tree_depth": stat("depth", int),

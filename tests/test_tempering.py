@@ -253,6 +253,8 @@ def test_tempering_mixes_a_bimodal_weak_posterior_where_nuts_does_not():
 
 def test_result_layout_and_never_swapping_warning():
     model, _ = _gaussian_model(n=2000)
+    with model:  # a vector without dims gets ArviZ's default dimension name in every group
+        pm.Normal("v", 0.0, 1.0, shape=3)
     with pytest.warns(SFTWarning, match="never accepted"):
         dt = sample_sft(
             40,
@@ -269,9 +271,11 @@ def test_result_layout_and_never_swapping_warning():
     assert ss["beta"].values.tolist() == pytest.approx([1e-9, 1.0])
     assert dt.posterior["mu"].shape == (2, 40)
     assert dt["rungs"]["mu"].shape == (2, 40, 2)
+    assert dt.posterior["v"].dims == ("chain", "draw", "v_dim_0")
+    assert dt["rungs"]["v"].dims == ("chain", "draw", "rung", "v_dim_0")
     for name in ("diverging", "tree_depth", "step_size", "acceptance_rate", "lp"):
         assert ss[name].dims == ("chain", "draw")
-    assert set(az.summary(dt).index) == {"mu"}
+    assert set(az.summary(dt).index) == {"mu", "v[0]", "v[1]", "v[2]"}
 
 
 def test_bad_input():

@@ -6,7 +6,13 @@ rungs carry the exact one across the barriers between modes. The weak form has n
 trajectory to relax, so :func:`sample_sft` relaxes the weak likelihood itself
 (``docs/tempering.md`` has the derivation and the choices):
 
-``relaxation="covariance"`` (default)
+``relaxation="hybrid"`` (default)
+    Both at once: rung ``m`` relaxes the covariance to ``alpha_m`` (below) and raises the
+    relaxed likelihood to the power ``beta_m``, so the easiest rung is weak least squares
+    flattened to nearly the prior. Covariance relaxation removes the spurious modes the
+    weak likelihood's ``S(p)`` creates; the power bridges the gap between weak least squares
+    (biased at high noise) and the model, which covariance relaxation alone cannot.
+``relaxation="covariance"``
     Rung ``m`` replaces the covariance of every :class:`~pymc_wendy.WeakODELikelihood` by
 
     .. math:: S_{\alpha_m}(p) = (1 - \alpha_m)\, S(p) + \alpha_m\, c\, I,
@@ -22,7 +28,7 @@ trajectory to relax, so :func:`sample_sft` relaxes the weak likelihood itself
 
 Rungs are placed at levels ``0 = s_0 < ... < s_{R-1} = 1`` mapped to ``alpha(s) =
 (alpha_min^s - alpha_min) / (1 - alpha_min)`` (geometric in between, exactly 1 and 0 at the
-ends) or ``beta(s) = beta_min^(1 - s)``. During tuning the gaps between levels are adapted to
+ends) and/or ``beta(s) = beta_min^(1 - s)``. During tuning the gaps between levels are adapted to
 equalise the swap acceptance of all neighbouring pairs (Vousden, Farr & Mandel 2016); the
 ladder is frozen for the draws, so every swap is an exact Metropolis-Hastings move between
 two fixed targets and every rung's chain has its rung's target as stationary distribution.
@@ -42,6 +48,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -390,18 +397,26 @@ def _metric_windows(tune: int) -> set[int]:
     return ends
 
 
-def _covariance_factor(samples: np.ndarray, fallback: np.ndarray) -> np.ndarray:
-    """Cholesky factor of a regularised sample covariance (shrunk toward its diagonal).
+def _covariance_factor(samples: np.ndarray, segment: np.ndarray, fallback: np.ndarray):
+    """Cholesky factor of the pooled within-segment covariance (shrunk toward its diagonal).
 
-    Only the second half of the window is used: a replica whose state was replaced by a swap
-    from another basin early in the window would otherwise measure the jump, not the rung.
+    A segment is a run of iterations without a swap that jumped between basins (``_jump``).
+    Deviations are taken from each segment's own mean, so a rung whose states come from
+    several basins gets the metric of one basin (what the integrator sees) rather than the
+    spread between basins, which would force a step size far too small for either. Only the
+    second half of the window is used.
     """
-    samples = samples[samples.shape[0] // 2 :]
-    n = samples.shape[0]
-    if n < 10 or np.unique(samples, axis=0).shape[0] < 10:  # a stuck replica measures nothing
+    half = samples.shape[0] // 2
+    samples, segment = samples[half:], segment[half:]
+    _, idx, counts = np.unique(segment, return_inverse=True, return_counts=True)
+    dof = samples.shape[0] - counts.size
+    if dof < 10 or np.unique(samples, axis=0).shape[0] < 10:  # too little to measure anything
         return fallback
-    cov = np.cov(samples, rowvar=False).reshape(samples.shape[1], samples.shape[1])
-    shrink = 5.0 / (n + 5.0)
+    means = np.zeros((counts.size, samples.shape[1]))
+    np.add.at(means, idx, samples)
+    dev = samples - means[idx] / counts[idx, None]
+    cov = dev.T @ dev / dof
+    shrink = 5.0 / (dof + 5.0)
     cov = (1.0 - shrink) * cov + shrink * np.diag(np.diag(cov))
     try:
         return np.linalg.cholesky(cov)
@@ -443,6 +458,8 @@ class _Replica:
     da: _DualAverage
     ref_factor: np.ndarray  # the rung's curvature at the WENDy-MLE: the fallback metric
     window: list = field(default_factory=list)
+    segment: int = 0  # incremented when a swap brings a state from another basin
+    window_segment: list = field(default_factory=list)
 
 
 # --- the sampler ---------------------------------------------------------------------------
@@ -456,7 +473,7 @@ def sample_sft(
     chains: int = 4,
     rungs: int = 6,
     ladder: Sequence[float] | None = None,
-    relaxation: Relaxation = "covariance",
+    relaxation: Relaxation = "hybrid",
     adapt_ladder: bool | None = None,
     swap: Literal["deo", "random"] = "deo",
     target_accept: float = 0.8,
@@ -482,11 +499,12 @@ def sample_sft(
     rungs : int
         Number of rungs (including the exact one) when ``ladder`` is not given.
     ladder : sequence of float, optional
-        The rungs' relaxation values, from the easiest to the model: ``alpha`` values
-        decreasing to 0 (covariance) or ``beta`` values increasing to 1 (power). Given, it is
-        kept fixed unless ``adapt_ladder=True``.
-    relaxation : {"covariance", "power"}
-        What the rungs relax (module doc, ``docs/tempering.md``).
+        The rungs, from the easiest to the model: ``alpha`` values decreasing to 0
+        (covariance), ``beta`` values increasing to 1 (power) or levels ``s`` increasing to 1
+        (hybrid). Given, it is kept fixed unless ``adapt_ladder=True``.
+    relaxation : {"hybrid", "covariance", "power"}
+        What the rungs relax (module doc, ``docs/tempering.md``). ``"power"`` also works for
+        models without weak likelihoods.
     adapt_ladder : bool, optional
         Equalise swap acceptance across pairs during tuning. Default: True unless ``ladder``
         is given.
@@ -598,6 +616,7 @@ def sample_sft(
                         rep.eps = rep.da.update(st["accept"])
                         if it >= 75 or tune < 200:
                             rep.window.append(rep.state.x.copy())
+                            rep.window_segment.append(rep.segment)
                     else:
                         rung_accept[c, r] += st["accept"]
                     if r == R - 1 and not tuning:
@@ -628,8 +647,10 @@ def sample_sft(
             if tuning and it + 1 in windows:
                 for row in replicas:
                     for rep in row:
-                        rep.factor = _covariance_factor(np.array(rep.window), rep.ref_factor)
-                        rep.window = []
+                        rep.factor = _covariance_factor(
+                            np.array(rep.window), np.array(rep.window_segment), rep.ref_factor
+                        )
+                        rep.window, rep.window_segment = [], []
                         rep.da.restart(rep.eps)
             if tuning and adapt_ladder and (it + 1) % ladder_every == 0 and it < ladder_stop:
                 rates = np.where(win_att > 0, win_acc / np.maximum(win_att, 1), np.nan)
@@ -747,6 +768,21 @@ def _move(target, rep: _Replica, alpha, beta, rng, max_depth) -> dict:
     return stats
 
 
+def _jump(rep: _Replica, new: np.ndarray) -> bool:
+    """Whether a swap moves a rung's state further than two independent draws of the rung's
+    current metric would be apart (squared distance beyond the 99.99 % point of 2 chi2_n):
+    a jump between basins, which starts a new segment for the metric estimate."""
+    d = np.linalg.solve(rep.factor, new - rep.state.x)
+    return bool(d @ d > 2.0 * _chi2_9999(d.size))
+
+
+@lru_cache
+def _chi2_9999(n: int) -> float:
+    from scipy.stats import chi2
+
+    return float(chi2.ppf(0.9999, n))
+
+
 def _pairs(it: int, n_pairs: int, swap: str, rng) -> list[int]:
     if swap == "deo":
         return list(range(it % 2, n_pairs, 2))
@@ -777,6 +813,8 @@ def _swap(target, row: list[_Replica], k: int, lad: _Ladder, rng) -> bool:
     )
     if not (np.isfinite(log_r) and math.log(rng.random()) < log_r):
         return False
+    for rep, new in ((a, b.state.x), (b, a.state.x)):
+        rep.segment += _jump(rep, new)
     a.state, b.state = b.state, a.state
     a.state.stale = b.state.stale = True  # lp and gradient belong to the other rung
     if alpha[k] != alpha[k + 1]:

@@ -44,7 +44,12 @@ faster than random pairs (``swap="random"`` gives the SFT paper's scheme).
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
+import os
+import signal
+import sys
 import time
+import traceback
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -465,6 +470,191 @@ class _Replica:
 # --- the sampler ---------------------------------------------------------------------------
 
 
+class _Population:
+    """One chain of :func:`sample_sft`: a full ladder of replicas, its swaps and its records."""
+
+    def __init__(self, replicas, rng, tune, draws, swap, max_depth, keep_rungs, n):
+        R = len(replicas)
+        self.replicas: list[_Replica] = replicas
+        self.rng = rng
+        self.tune, self.swap, self.max_depth = tune, swap, max_depth
+        self.windows = _metric_windows(tune)
+        self.s: np.ndarray | None = None
+        self.att = np.zeros(R - 1)
+        self.acc = np.zeros(R - 1)
+        self.rung_accept = np.zeros(R)
+        self.top: dict[str, list] = {
+            k: [] for k in ("x", "accept", "n_steps", "depth", "diverging", "eps", "lp", "energy")
+        }
+        self.rungs = np.empty((draws, R, n)) if keep_rungs else None
+
+    def run(self, begin: int, stop: int, target, lad: _Ladder):
+        """Iterations ``begin`` to ``stop - 1``: a NUTS move on every rung, then swaps.
+        Returns the swap attempts and acceptances made while tuning (for the ladder)."""
+        if self.s is None or not np.array_equal(self.s, lad.s):
+            for rep in self.replicas:  # lp and gradient belong to the old rungs
+                rep.state.stale = True
+            self.s = lad.s.copy()
+        alpha, beta = lad.alpha, lad.beta
+        R, tune, top = len(self.replicas), self.tune, self.top
+        win_att = np.zeros(R - 1)
+        win_acc = np.zeros(R - 1)
+        for it in range(begin, stop):
+            tuning = it < tune
+            for r, rep in enumerate(self.replicas):
+                st = _move(target, rep, alpha[r], beta[r], self.rng, self.max_depth)
+                if tuning:
+                    rep.eps = rep.da.update(st["accept"])
+                    if it >= 75 or tune < 200:
+                        rep.window.append(rep.state.x.copy())
+                        rep.window_segment.append(rep.segment)
+                    continue
+                self.rung_accept[r] += st["accept"]
+                if r == R - 1:
+                    top["accept"].append(st["accept"])
+                    top["n_steps"].append(st["n_steps"])
+                    top["depth"].append(st["depth"])
+                    top["diverging"].append(st["diverging"])
+                    top["eps"].append(rep.eps)
+                    top["energy"].append(st["energy"])
+            for k in _pairs(it, R - 1, self.swap, self.rng):
+                ok = _swap(target, self.replicas, k, lad, self.rng)
+                if tuning:
+                    win_att[k] += 1
+                    win_acc[k] += ok
+                else:
+                    self.att[k] += 1
+                    self.acc[k] += ok
+            if not tuning:
+                st_top = self.replicas[-1].state
+                top["x"].append(st_top.x.copy())
+                # prior and likelihood stay valid across a swap (the lik is re-evaluated)
+                top["lp"].append(st_top.prior + beta[-1] * st_top.lik)
+                if self.rungs is not None:
+                    for r, rep in enumerate(self.replicas):
+                        self.rungs[it - tune, r] = rep.state.x
+            elif it + 1 in self.windows:
+                for rep in self.replicas:
+                    rep.factor = _covariance_factor(
+                        np.array(rep.window), np.array(rep.window_segment), rep.ref_factor
+                    )
+                    rep.window, rep.window_segment = [], []
+                    rep.da.restart(rep.eps)
+            if it + 1 == tune:
+                for rep in self.replicas:
+                    rep.eps = rep.da.final
+        return win_att, win_acc, self.acc.sum(), self.att.sum()
+
+    def result(self) -> dict:
+        return {
+            "top": {k: np.asarray(v) for k, v in self.top.items()},
+            "rungs": self.rungs,
+            "att": self.att,
+            "acc": self.acc,
+            "rung_accept": self.rung_accept / max(len(self.top["x"]), 1),
+            "eps": np.array([rep.eps for rep in self.replicas]),
+        }
+
+
+def _n_workers(cores: int | None, chains: int) -> int:
+    """Worker processes for the populations: forked (they inherit the compiled functions), so
+    only where fork is safe and cheap, Linux."""
+    if cores is not None and int(cores) < 1:
+        raise ValueError(f"cores must be at least 1; got {cores}")
+    if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
+        return 1
+    return min(int(cores or os.cpu_count() or 1), chains)
+
+
+_FORKED: tuple | None = None  # what forked workers inherit: (target, ladder, populations)
+
+
+def _worker(conn, indices: list[int]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    target, lad, populations = _FORKED
+    mine = [populations[i] for i in indices]
+    try:
+        while True:
+            cmd = conn.recv()
+            if cmd[0] == "run":
+                lad.s = np.asarray(cmd[3])
+                conn.send(("ok", [pop.run(cmd[1], cmd[2], target, lad) for pop in mine]))
+            elif cmd[0] == "result":
+                conn.send(("ok", [pop.result() for pop in mine]))
+            else:
+                return
+    except BaseException:  # noqa: BLE001 - the parent re-raises it with the traceback
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+class _Runner:
+    """Runs the populations block by block, in this process or in forked workers."""
+
+    def __init__(self, target, lad: _Ladder, populations: list[_Population], workers: int):
+        global _FORKED
+        self.target, self.lad, self.populations = target, lad, populations
+        self.workers: list = []
+        if workers < 2:
+            return
+        ctx = mp.get_context("fork")
+        _FORKED = (target, lad, populations)
+        try:
+            for indices in np.array_split(np.arange(len(populations)), workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker, args=(child, indices.tolist()), daemon=True)
+                with warnings.catch_warnings():
+                    # Python warns about forking a multi-threaded process; the only other
+                    # threads are idle BLAS pools (which have fork handlers), as with the
+                    # fork pm.sample does on Linux. The progress bar starts after this.
+                    warnings.filterwarnings("ignore", "This process .* is multi-threaded")
+                    proc.start()
+                child.close()
+                self.workers.append((proc, parent))
+        finally:
+            _FORKED = None
+
+    @staticmethod
+    def _receive(conn):
+        status, payload = conn.recv()
+        if status == "error":
+            raise RuntimeError(f"a sample_sft worker process failed:\n{payload}")
+        return payload
+
+    def _all(self, message) -> list:
+        for _, conn in self.workers:
+            conn.send(message)
+        return [out for _, conn in self.workers for out in self._receive(conn)]
+
+    def run(self, begin: int, stop: int, s: np.ndarray):
+        if self.workers:
+            outs = self._all(("run", begin, stop, s))
+        else:
+            outs = [pop.run(begin, stop, self.target, self.lad) for pop in self.populations]
+        acc, att = sum(o[2] for o in outs), sum(o[3] for o in outs)
+        rate = acc / att if att else np.nan
+        return sum(o[0] for o in outs), sum(o[1] for o in outs), rate
+
+    def results(self) -> list[dict]:
+        if self.workers:
+            return self._all(("result",))
+        return [pop.result() for pop in self.populations]
+
+    def close(self) -> None:
+        for proc, conn in self.workers:
+            try:
+                conn.send(("close",))
+            except (BrokenPipeError, OSError):
+                pass
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+            conn.close()
+        self.workers = []
+
+
 def sample_sft(
     draws: int = 1000,
     *,
@@ -482,6 +672,7 @@ def sample_sft(
     random_seed: int | None = None,
     progressbar: bool = True,
     keep_rungs: bool = True,
+    cores: int | None = None,
 ):
     """Sample a model with weak likelihoods by replica exchange over relaxed rungs.
 
@@ -525,6 +716,11 @@ def sample_sft(
         Show a progress bar.
     keep_rungs : bool
         Store the draws of every rung in the ``rungs`` group.
+    cores : int, optional
+        Worker processes the populations are spread over (default: the number of CPUs, at
+        most ``chains``). Workers are forked, so this applies on Linux; elsewhere, and with
+        ``cores=1``, the populations run one after another in this process. The draws are
+        the same either way.
 
     Returns
     -------
@@ -555,6 +751,7 @@ def sample_sft(
         raise ValueError(f"target_accept must be in (0, 1); got {target_accept}")
     if not model.value_vars:
         raise ValueError("the model has no free variables to sample")
+    workers = _n_workers(cores, int(chains))
     rng = np.random.default_rng(random_seed)
     # the ladder's scale and the first mass matrices come from the WENDy-MLE, not from
     # wherever a chain is started (possibly a spurious mode)
@@ -570,7 +767,7 @@ def sample_sft(
     ref_factors = [
         _initial_factor(target, target.x0.data, lad.alpha[r], lad.beta[r]) for r in range(R)
     ]
-    replicas: list[list[_Replica]] = []
+    populations = []
     for c in range(C):
         row = []
         for r in range(R):
@@ -586,106 +783,46 @@ def sample_sft(
                     ref_factors[r],
                 )
             )
-        replicas.append(row)
+        populations.append(
+            _Population(row, rngs[c], int(tune), int(draws), swap, max_treedepth, keep_rungs, n)
+        )
 
-    windows = _metric_windows(int(tune))
+    # blocks of iterations end where the ladder is updated (it is shared by all populations,
+    # which run independently in between, in this process or in worker processes)
     ladder_every = max(10, int(tune) // 25)
     ladder_stop = int(0.8 * tune)
-    n_pairs = R - 1
-    att = np.zeros((C, n_pairs))
-    acc = np.zeros((C, n_pairs))
-    win_att = np.zeros(n_pairs)
-    win_acc = np.zeros(n_pairs)
-    n_updates = 0
     total = int(tune) + int(draws)
-    top = {k: [] for k in ("x", "accept", "n_steps", "depth", "diverging", "eps", "lp", "energy")}
-    all_rungs = np.empty((C, int(draws), R, n)) if keep_rungs else None
-    rung_accept = np.zeros((C, R))
-    bar = _Progress(progressbar, total, C)
+    updates = (
+        {it + 1 for it in range(int(tune)) if (it + 1) % ladder_every == 0 and it < ladder_stop}
+        if adapt_ladder
+        else set()
+    )
+    ends = sorted(updates | set(range(20, total, 20)) | {total})
+    n_updates = 0
+    bar = None
     start_time = time.perf_counter()
     # the likelihood's factorisations are small: threads only contend with each other
     limits = threadpool_limits(1, user_api="blas")
+    runner = _Runner(target, lad, populations, workers)
     try:
-        for it in range(total):
-            tuning = it < tune
-            for c in range(C):
-                for r in range(R):
-                    rep = replicas[c][r]
-                    st = _move(target, rep, lad.alpha[r], lad.beta[r], rngs[c], max_treedepth)
-                    if tuning:
-                        rep.eps = rep.da.update(st["accept"])
-                        if it >= 75 or tune < 200:
-                            rep.window.append(rep.state.x.copy())
-                            rep.window_segment.append(rep.segment)
-                    else:
-                        rung_accept[c, r] += st["accept"]
-                    if r == R - 1 and not tuning:
-                        top["accept"].append(st["accept"])
-                        top["n_steps"].append(st["n_steps"])
-                        top["depth"].append(st["depth"])
-                        top["diverging"].append(st["diverging"])
-                        top["eps"].append(rep.eps)
-                        top["energy"].append(st["energy"])
-                pairs = _pairs(it, n_pairs, swap, rngs[c])
-                for k in pairs:
-                    ok = _swap(target, replicas[c], k, lad, rngs[c])
-                    if tuning:
-                        win_att[k] += 1
-                        win_acc[k] += ok
-                    else:
-                        att[c, k] += 1
-                        acc[c, k] += ok
-                if not tuning:
-                    d = it - int(tune)
-                    top["x"].append(replicas[c][R - 1].state.x.copy())
-                    st_top = replicas[c][R - 1].state
-                    # prior and likelihood stay valid across a swap (the lik is re-evaluated)
-                    top["lp"].append(st_top.prior + lad.beta[R - 1] * st_top.lik)
-                    if keep_rungs:
-                        for r in range(R):
-                            all_rungs[c, d, r] = replicas[c][r].state.x
-            if tuning and it + 1 in windows:
-                for row in replicas:
-                    for rep in row:
-                        rep.factor = _covariance_factor(
-                            np.array(rep.window), np.array(rep.window_segment), rep.ref_factor
-                        )
-                        rep.window, rep.window_segment = [], []
-                        rep.da.restart(rep.eps)
-            if tuning and adapt_ladder and (it + 1) % ladder_every == 0 and it < ladder_stop:
+        bar = _Progress(progressbar, total, C)
+        begin = 0
+        for stop in ends:
+            win_att, win_acc, swap_rate = runner.run(begin, stop, lad.s)
+            if stop in updates:
                 rates = np.where(win_att > 0, win_acc / np.maximum(win_att, 1), np.nan)
                 lad.equalise(rates, 2.0 / math.sqrt(1.0 + n_updates))
                 n_updates += 1
-                win_att[:] = 0
-                win_acc[:] = 0
-                for row in replicas:
-                    for rep in row:
-                        rep.state.stale = True
-            if it + 1 == tune:
-                for row in replicas:
-                    for rep in row:
-                        rep.eps = rep.da.final
-            bar.update(it, acc.sum() / max(att.sum(), 1) if not tuning else np.nan)
+            bar.update(stop - 1, swap_rate if stop > tune else np.nan)
+            begin = stop
+        results = runner.results()
     finally:
-        bar.close()
+        runner.close()
+        if bar is not None:
+            bar.close()
         limits.restore_original_limits()
     elapsed = time.perf_counter() - start_time
-    return _result(
-        model,
-        target,
-        lad,
-        top,
-        all_rungs,
-        att,
-        acc,
-        rung_accept / max(int(draws), 1),
-        np.array([[rep.eps for rep in row] for row in replicas]),
-        C,
-        int(draws),
-        elapsed,
-        relaxation,
-        swap,
-    )
+    return _result(model, target, lad, results, C, int(draws), elapsed, relaxation, swap)
 
 
 def _starts(model: pm.Model, initvals, chains: int) -> tuple[list[dict], dict]:
@@ -839,9 +976,7 @@ class _Progress:
 # --- ArviZ output --------------------------------------------------------------------------
 
 
-def _result(
-    model, target, lad, top, all_rungs, att, acc, rung_accept, eps, C, D, elapsed, relaxation, swap
-):
+def _result(model, target, lad, results, C, D, elapsed, relaxation, swap):
     import arviz as az
 
     names = [v.name for v in model.free_RVs + model.deterministics]
@@ -851,7 +986,7 @@ def _result(
     batch = pt.matrix("x_batch", dtype=x.dtype)
     outs_b = vectorize_graph(outs_x, replace={x: batch})
     fn = pytensor.function([batch], outs_b, on_unused_input="ignore", mode="FAST_COMPILE")
-    X = np.array(top["x"]).reshape(D, C, -1).transpose(1, 0, 2)  # iterations ran chain-inner
+    X = np.stack([res["top"]["x"] for res in results])  # (chain, draw, n)
 
     def constrained(flat: np.ndarray) -> dict[str, np.ndarray]:
         vals = fn(np.ascontiguousarray(flat.reshape(-1, flat.shape[-1])))
@@ -864,7 +999,7 @@ def _result(
     coords = {k: list(v) for k, v in model.coords.items() if v is not None}
 
     def stat(key, dtype=float):
-        return np.asarray(top[key], dtype=dtype).reshape(D, C).T
+        return np.stack([np.asarray(res["top"][key], dtype=dtype) for res in results])
 
     posterior = constrained(X)
     for name, v in posterior.items():  # ArviZ's default names for dimensions without dims
@@ -877,19 +1012,21 @@ def _result(
             "n_steps": stat("n_steps", int),
             "step_size": stat("eps"),
             "acceptance_rate": stat("accept"),
-            "lp": np.asarray(top["lp"]).reshape(D, C).T,
+            "lp": stat("lp"),
             "energy": stat("energy"),
         },
     }
     dt = az.from_dict(groups, dims=dims, coords=coords)
+    att = np.stack([res["att"] for res in results])
+    acc = np.stack([res["acc"] for res in results])
     R = lad.s.size
     rung_coords = {"rung": np.arange(R), "pair": np.arange(R - 1)}
     extra = xr.Dataset(
         {
             "swap_accept": (("chain", "pair"), acc / np.maximum(att, 1)),
             "swap_attempts": (("chain", "pair"), att.astype(int)),
-            "rung_acceptance": (("chain", "rung"), rung_accept),
-            "rung_step_size": (("chain", "rung"), eps),
+            "rung_acceptance": (("chain", "rung"), np.stack([r["rung_accept"] for r in results])),
+            "rung_step_size": (("chain", "rung"), np.stack([r["eps"] for r in results])),
             "alpha": ("rung", lad.alpha),
             "beta": ("rung", lad.beta),
             "level": ("rung", lad.s.copy()),
@@ -897,8 +1034,8 @@ def _result(
         coords={"chain": np.arange(C), **rung_coords},
     )
     dt["sample_stats"] = dt["sample_stats"].to_dataset().merge(extra)
-    if all_rungs is not None:
-        rung_vals = constrained(all_rungs)  # (chain, draw, rung, ...)
+    if results[0]["rungs"] is not None:
+        rung_vals = constrained(np.stack([r["rungs"] for r in results]))  # (chain, draw, rung)
         ds = xr.Dataset(
             {name: (("chain", "draw", "rung", *dims[name]), v) for name, v in rung_vals.items()},
             coords={

@@ -169,6 +169,14 @@ def test_same_seed_same_draws():
     c = sample_sft(50, random_seed=8, **kw)
     np.testing.assert_array_equal(a.posterior["mu"].values, b.posterior["mu"].values)
     assert not np.array_equal(a.posterior["mu"].values, c.posterior["mu"].values)
+    # populations in forked worker processes give the same draws as in this one
+    d = sample_sft(50, random_seed=7, cores=1, **kw)
+    e = sample_sft(50, random_seed=7, cores=2, **kw)
+    for x in (d, e):
+        np.testing.assert_array_equal(a["rungs"]["mu"].values, x["rungs"]["mu"].values)
+        np.testing.assert_array_equal(
+            a.sample_stats["swap_accept"].values, x.sample_stats["swap_accept"].values
+        )
 
 
 # --- usefulness ------------------------------------------------------------------------------
@@ -348,6 +356,8 @@ def test_bad_input():
     model, _ = _gaussian_model()
     with pytest.raises(ValueError, match="no WeakODELikelihood|there are none"):
         sample_sft(10, tune=0, model=model, progressbar=False)
+    with pytest.raises(ValueError, match="cores must be at least 1"):
+        sample_sft(10, model=model, relaxation="power", cores=0, progressbar=False)
     with pytest.raises(ValueError, match="relaxation"):
         sample_sft(10, model=model, relaxation="temperature", progressbar=False)
     with pytest.raises(ValueError, match="power ladder"):

@@ -1,6 +1,6 @@
 """Replica-exchange tempering (``sample_sft``) against plain NUTS and SMC: wall time, ESS/s, R-hat.
 
-Two cases:
+Three cases:
 
 * ``bimodal``: logistic growth written with ``p1 = q1^2`` (129 points, 10 % noise): the weak
   likelihood is exactly symmetric in ``q1``, the prior ``N(0.5, 1)`` makes ``q1 = +1`` about e
@@ -8,6 +8,11 @@ Two cases:
   units lower. Four chains start two per mode. Plain NUTS (PyMC's sampler, which takes one
   start per chain) keeps them there; ``sample_sft`` (power ladder) should mix them;
   ``pm.sample_smc`` (likelihood tempering from the prior) is the other baseline.
+* ``spurious``: Lotka-Volterra (129 points, 10 % noise, seed 11, ``N(0, 10)`` prior), whose
+  weak likelihood has a local mode about 1840 log-density units below the WENDy-MLE mode
+  (where ``pm.find_MAP`` from zeros ends). Two chains start there, two at the WENDy-MLE.
+  Plain NUTS, ``sample_sft`` with each relaxation, and SMC; the share of draws left in the
+  spurious mode is printed.
 * ``fhn``: FitzHugh-Nagumo, 513 points, 10 % noise (unimodal): the price of the ladder on the
   problem of the NUTS speed goal, against ``pymc_wendy.sample`` (nutpie) and SMC.
 
@@ -15,8 +20,8 @@ For each method: wall time (sampling, compile included), minimum bulk ESS over p
 posterior (the top rung for SFT), ESS per second, max R-hat, and for ``bimodal`` the share of
 draws in the heavier mode. Ratios against plain NUTS are printed from the same run.
 
-Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/tempering.py [--cases bimodal,fhn] [--draws N]
-      [--rungs R]
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/tempering.py [--cases bimodal,spurious,fhn]
+      [--draws N] [--rungs R] [--cores C]
 """
 
 from __future__ import annotations
@@ -68,11 +73,27 @@ def _timed(fn):
     return out, time.perf_counter() - start
 
 
+def _split_nuts(model, starts, draws):
+    """PyMC's NUTS with one start per chain (nutpie takes one start for all)."""
+    return pm.sample(
+        draws,
+        tune=draws,
+        chains=4,
+        cores=1,
+        initvals=starts,
+        model=model,
+        nuts_sampler="pymc",
+        random_seed=1,
+        progressbar=False,
+        compute_convergence_checks=False,
+    )
+
+
 def _squared_logistic(t, u, q):
     return [q[0] ** 2 * u[0] - q[1] * u[0] ** 2]
 
 
-def bimodal(draws: int, rungs: int) -> None:
+def bimodal(draws: int, rungs: int, cores: int | None) -> None:
     print("\n## bimodal: logistic with p1 = q1^2 (129 points, 10 % noise); q1 ~ N(0.5, 1)")
     ode = pw.ODEModel(_squared_logistic, ["u"], ["q1", "q2"])
     data = pw.get_problem("logistic").simulate(n_points=129, noise_ratio=0.1, seed=5)
@@ -86,20 +107,7 @@ def bimodal(draws: int, rungs: int) -> None:
     def share(dt):
         return float((dt.posterior["q1"].values > 0).mean())
 
-    nuts, t_nuts = _timed(
-        lambda: pm.sample(
-            draws,
-            tune=draws,
-            chains=4,
-            cores=1,
-            initvals=starts,
-            model=model,
-            nuts_sampler="pymc",
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    )
+    nuts, t_nuts = _timed(lambda: _split_nuts(model, starts, draws))
     base = _row("NUTS (pymc), split starts", nuts, t_nuts, var="q1")
     print(f"{'':<26} share of q1 > 0: {share(nuts):.3f} (exact about {expected:.3f})")
     sft, t_sft = _timed(
@@ -113,6 +121,7 @@ def bimodal(draws: int, rungs: int) -> None:
             initvals=starts,
             random_seed=2,
             progressbar=False,
+            cores=cores,
         )
     )
     r = _row(f"sample_sft power ({rungs})", sft, t_sft, var="q1")
@@ -127,7 +136,7 @@ def bimodal(draws: int, rungs: int) -> None:
     print(f"ESS/s ratios to plain NUTS: sample_sft {r / base:.2f}, SMC {s / base:.2f}")
 
 
-def spurious(draws: int, rungs: int) -> None:
+def spurious(draws: int, rungs: int, cores: int | None) -> None:
     print("\n## spurious: Lotka-Volterra, 129 points, 10 % noise, seed 11; p ~ N(0, 10)")
     prob = pw.get_problem("lotka_volterra")
     data = prob.simulate(n_points=129, noise_ratio=0.1, seed=11)
@@ -151,20 +160,7 @@ def spurious(draws: int, rungs: int) -> None:
     def wrong_share(dt):  # the spurious mode has p2 near 40, the WENDy-MLE near -1
         return float((dt.posterior["p"].values[..., 1] > 20).mean())
 
-    nuts, t_nuts = _timed(
-        lambda: pm.sample(
-            draws,
-            tune=draws,
-            chains=4,
-            cores=1,
-            initvals=starts,
-            model=model,
-            nuts_sampler="pymc",
-            random_seed=1,
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
-    )
+    nuts, t_nuts = _timed(lambda: _split_nuts(model, starts, draws))
     base = _row("NUTS (pymc), split starts", nuts, t_nuts)
     print(f"{'':<26} share of draws in the spurious mode: {wrong_share(nuts):.3f}")
     for relaxation in ("hybrid", "covariance", "power"):
@@ -179,6 +175,7 @@ def spurious(draws: int, rungs: int) -> None:
                 initvals=starts,
                 random_seed=2,
                 progressbar=False,
+                cores=cores,
             )
         )
         r = _row(f"sample_sft {relaxation} ({rungs})", sft, t_sft)
@@ -196,7 +193,7 @@ def spurious(draws: int, rungs: int) -> None:
     print(f"ESS/s ratio to plain NUTS: SMC {s / base:.2f}")
 
 
-def fhn(draws: int, rungs: int) -> None:
+def fhn(draws: int, rungs: int, cores: int | None) -> None:
     print("\n## fhn: FitzHugh-Nagumo, 513 points, 10 % noise")
     model = _model("fitzhugh_nagumo", 513, 0)
     nuts, t_nuts = _timed(
@@ -207,7 +204,14 @@ def fhn(draws: int, rungs: int) -> None:
     base = _row("pw.sample (nutpie)", nuts, t_nuts)
     sft, t_sft = _timed(
         lambda: pw.sample_sft(
-            draws, tune=draws, chains=4, rungs=rungs, model=model, random_seed=2, progressbar=False
+            draws,
+            tune=draws,
+            chains=4,
+            rungs=rungs,
+            model=model,
+            random_seed=2,
+            progressbar=False,
+            cores=cores,
         )
     )
     r = _row(f"sample_sft ({rungs} rungs)", sft, t_sft)
@@ -226,9 +230,11 @@ def main(argv=None) -> None:
     ap.add_argument("--cases", default="bimodal,fhn")
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--rungs", type=int, default=6)
+    ap.add_argument("--cores", type=int, default=None, help="sample_sft worker processes")
     args = ap.parse_args(argv)
     for case in args.cases.split(","):
-        {"bimodal": bimodal, "spurious": spurious, "fhn": fhn}[case](args.draws, args.rungs)
+        cases = {"bimodal": bimodal, "spurious": spurious, "fhn": fhn}
+        cases[case](args.draws, args.rungs, args.cores)
 
 
 if __name__ == "__main__":

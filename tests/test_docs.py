@@ -4,6 +4,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from pymc_wendy.cli import main
 
@@ -24,6 +25,19 @@ def test_readme_examples_recover_lotka_volterra(capsys):
     post = idata.posterior["p"].mean(("chain", "draw")).values
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
     assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
+
+
+@pytest.mark.slow
+def test_readme_tempering_example():
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    for block in (blocks[0], blocks[2], blocks[3]):
+        exec(block, namespace)  # noqa: S102
+    idata = namespace["idata"]
+    assert idata.sample_stats.attrs["sampler"] == "pymc_wendy.sample_sft"
+    post = idata.posterior["p"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+    assert (idata.sample_stats["swap_accept"].values > 0).all()
 
 
 def test_cli_demo_runs_and_reports(capsys, tmp_path):

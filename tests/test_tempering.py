@@ -211,6 +211,24 @@ def test_power_ladder_mode_masses_of_a_bimodal_posterior():
     assert float(az.rhat(dt)["q"]) < 1.01
 
 
+def _plain_nuts(model, starts):
+    """PyMC's NUTS, 4 chains x 300 draws after 300 tuning steps, one start per chain."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pm.sample(
+            300,
+            tune=300,
+            chains=4,
+            cores=1,
+            initvals=starts,
+            model=model,
+            random_seed=1,
+            nuts_sampler="pymc",
+            progressbar=False,
+            compute_convergence_checks=False,
+        )
+
+
 def _squared_logistic(t, u, q):
     return [q[0] ** 2 * u[0] - q[1] * u[0] ** 2]
 
@@ -231,20 +249,7 @@ def test_tempering_weighs_the_modes_of_a_bimodal_weak_posterior():
         q2 = pm.Normal("q2", 0.0, 10.0)
         pw.WeakODELikelihood("U", ode=ode, params=[q1, q2], t=data.t, observed=data.U)
     starts = [{"q1": -1.0, "q2": 1.0}, {"q1": 1.0, "q2": 1.0}] * 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        nuts = pm.sample(
-            300,
-            tune=300,
-            chains=4,
-            cores=1,
-            initvals=starts,
-            model=model,
-            random_seed=1,
-            nuts_sampler="pymc",
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+    nuts = _plain_nuts(model, starts)
     assert float(az.rhat(nuts)["q1"]) > 1.1  # plain NUTS stays where it started
     dt = sample_sft(
         1500,
@@ -288,20 +293,7 @@ def test_tempering_leaves_a_spurious_weak_mode_where_nuts_stays():
     logp = model.compile_logp()
     assert logp({"p": mle}) - logp({"p": wrong}) > 1000  # a deep, distinct local mode
     starts = [{"p": wrong}, {"p": mle}] * 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        nuts = pm.sample(
-            300,
-            tune=300,
-            chains=4,
-            cores=1,
-            initvals=starts,
-            model=model,
-            random_seed=1,
-            nuts_sampler="pymc",
-            progressbar=False,
-            compute_convergence_checks=False,
-        )
+    nuts = _plain_nuts(model, starts)
     assert float(az.rhat(nuts)["p"].max()) > 1.1
     assert (nuts.posterior["p"].values[..., 1] > 20).mean() == pytest.approx(0.5, abs=0.05)
     dt = sample_sft(

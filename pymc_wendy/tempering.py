@@ -558,10 +558,12 @@ class _Population:
 
 def _n_workers(cores: int | None, chains: int) -> int:
     """Worker processes for the populations: forked (they inherit the compiled functions), so
-    only where fork is safe and cheap, Linux."""
+    only where fork is safe and cheap, Linux, and not from a daemonic process."""
     if cores is not None and int(cores) < 1:
         raise ValueError(f"cores must be at least 1; got {cores}")
     if not sys.platform.startswith("linux") or "fork" not in mp.get_all_start_methods():
+        return 1
+    if mp.current_process().daemon:  # e.g. inside a multiprocessing.Pool: no children allowed
         return 1
     return min(int(cores or os.cpu_count() or 1), chains)
 

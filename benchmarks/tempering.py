@@ -13,6 +13,8 @@ Three cases:
   (where ``pm.find_MAP`` from zeros ends). Two chains start there, two at the WENDy-MLE.
   Plain NUTS, ``sample_sft`` with each relaxation, and SMC; the share of draws left in the
   spurious mode is printed.
+* ``workers``: the same ``sample_sft`` run (Lotka-Volterra, 129 points) with its populations
+  in one process and in ``--cores`` worker processes: the speed-up.
 * ``fhn``: FitzHugh-Nagumo, 513 points, 10 % noise (unimodal): the price of the ladder on the
   problem of the NUTS speed goal, against ``pymc_wendy.sample`` (nutpie) and SMC.
 
@@ -20,7 +22,7 @@ For each method: wall time (sampling, compile included), minimum bulk ESS over p
 posterior (the top rung for SFT), ESS per second, max R-hat, and for ``bimodal`` the share of
 draws in the heavier mode. Ratios against plain NUTS are printed from the same run.
 
-Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/tempering.py [--cases bimodal,spurious,fhn]
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/tempering.py [--cases bimodal,spurious,fhn,workers]
       [--draws N] [--rungs R] [--cores C]
 """
 
@@ -193,6 +195,30 @@ def spurious(draws: int, rungs: int, cores: int | None) -> None:
     print(f"ESS/s ratio to plain NUTS: SMC {s / base:.2f}")
 
 
+def workers(draws: int, rungs: int, cores: int | None) -> None:
+    cores = cores or os.cpu_count() or 1
+    print(f"\n## workers: sample_sft with populations in 1 and in {cores} processes")
+    model = _model("lotka_volterra", 129, 0)
+    times = {}
+    for c in (1, cores):
+        dt, times[c] = _timed(
+            lambda c=c: pw.sample_sft(
+                draws,
+                tune=draws,
+                chains=4,
+                rungs=rungs,
+                model=model,
+                random_seed=2,
+                progressbar=False,
+                cores=c,
+            )
+        )
+        print(
+            f"cores={c}: {times[c]:.1f} s (sampling {dt.sample_stats.attrs['sampling_time']:.1f} s)"
+        )
+    print(f"speed-up with {cores} processes: {times[1] / times[cores]:.2f}x")
+
+
 def fhn(draws: int, rungs: int, cores: int | None) -> None:
     print("\n## fhn: FitzHugh-Nagumo, 513 points, 10 % noise")
     model = _model("fitzhugh_nagumo", 513, 0)
@@ -233,7 +259,7 @@ def main(argv=None) -> None:
     ap.add_argument("--cores", type=int, default=None, help="sample_sft worker processes")
     args = ap.parse_args(argv)
     for case in args.cases.split(","):
-        cases = {"bimodal": bimodal, "spurious": spurious, "fhn": fhn}
+        cases = {"bimodal": bimodal, "spurious": spurious, "fhn": fhn, "workers": workers}
         cases[case](args.draws, args.rungs, args.cores)
 
 

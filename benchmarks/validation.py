@@ -10,8 +10,8 @@ Finished runs are kept in ``benchmarks/results/validation/<problem>/runs.jsonl``
 the study resumes across sessions and machines: rerunning does only what is missing). The
 cheap methods run first for every problem, NUTS last. Prints, per problem and setting, the
 coverage of each method with its Monte Carlo standard error, the mean interval width relative
-to the Hessian interval's, the share of runs that did not report success, and the mean wall
-time per data set and method.
+to the Hessian interval's, the share of runs that did not report success, the mean wall time
+per data set and method, and the mean and sd of the standardised errors (``summarize``).
 
 Run:  python benchmarks/validation.py [--problems a,b] [--datasets N] [--workers W]
       [--stage cheap|nuts|all] [--report-only]
@@ -66,12 +66,21 @@ def report(problem: str, ds) -> None:
             w = s["width"].sel(estimator=est, noise_ratio=nr).squeeze("n_points")
             w0 = s["width"].sel(estimator="mle-hessian", noise_ratio=nr).squeeze("n_points")
             cells = " ".join(f"{float(v):.2f}" for v in c)
+            sel = {"estimator": est, "noise_ratio": nr}
+            zm = s["zscore_mean"].sel(sel).squeeze("n_points")
+            zs = s["zscore_sd"].sel(sel).squeeze("n_points")
+            zcells = " ".join(
+                f"{float(a):+.2f}/{float(b):.2f}" for a, b in zip(zm, zs, strict=True)
+            )
             print(
                 f"  nr={nr:<5} {est:<13} n={n:<4} coverage [{cells}] "
                 f"mean {float(c.mean()):.3f} (s.e. {float(se.mean()):.3f}) "
                 f"width/hessian {float((w / w0).mean()):.2f} "
                 f"not ok {float(s['not_ok_rate'].sel(estimator=est, noise_ratio=nr).item()):.2f} "
-                f"time {float(s['wall_time'].sel(estimator=est, noise_ratio=nr).item()):.2f} s"
+                f"time {float(s['wall_time'].sel(estimator=est, noise_ratio=nr).item()):.2f} s\n"
+                f"{'':<22} z-score mean/sd [{zcells}] "
+                f"(s.e. {float(s['zscore_mean_se'].sel(sel).mean()):.2f}/"
+                f"{float(s['zscore_sd_se'].sel(sel).mean()):.2f})"
             )
 
 

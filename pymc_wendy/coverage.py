@@ -46,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 import xarray as xr
+from scipy import stats
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
@@ -655,7 +656,12 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     contain the truth), ``bias`` and ``rel_bias`` (mean error, absolute and relative to
     ``p*``), ``variance`` (the usual sample variance, ``ddof=1``), ``mse`` and ``rel_mse``,
     ``sq_rel_bias`` (eq. 15), ``rel_variance`` (eq. 16, ``ddof=0``), ``width`` (mean interval
-    length). Per ``(estimator, noise_ratio, n_points)``: ``coef_error`` and ``fsim_error`` (mean
+    length), ``zscore_mean`` and ``zscore_sd`` (of the standardised error
+    ``(p_hat - p*) / s``, where ``s`` is the interval's half-width divided by the normal
+    quantile of the level: for calibrated intervals about 0 and 1; a ``zscore_sd`` above 1
+    says by how much the intervals are too narrow, a ``zscore_mean`` away from 0 is bias in
+    units of the claimed standard error). Per ``(estimator, noise_ratio, n_points)``:
+    ``coef_error`` and ``fsim_error`` (mean
     and median), ``failure_rate`` (forward simulation of the estimate fails, eq. 14),
     ``not_ok_rate`` (the method reported no success), ``wall_time`` (mean), ``n``.
     Each ``*_se`` variable is the Monte Carlo standard error of the one it is named after.
@@ -673,7 +679,12 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
     cov = ds["covered"]
     n_ci = np.isfinite(cov).sum("dataset")
     c = cov.mean("dataset")
-    width = (ds["interval"].sel(bound="upper") - ds["interval"].sel(bound="lower")).mean("dataset")
+    half = (ds["interval"].sel(bound="upper") - ds["interval"].sel(bound="lower")) / 2
+    width = 2 * half.mean("dataset")
+    q = stats.norm.ppf(0.5 + ds.attrs["level"] / 2)
+    z = err / (half / q).where(half > 0)
+    n_z = np.isfinite(z).sum("dataset")
+    z_sd = z.std("dataset", ddof=1)
     scale = abs(truth)
     out = xr.Dataset(
         {
@@ -692,6 +703,11 @@ def summarize(ds: xr.Dataset) -> xr.Dataset:
             "rel_mse": sq.mean("dataset") / truth**2,
             "rel_mse_se": sq.std("dataset", ddof=1) / np.sqrt(n) / truth**2,
             "width": width,
+            "zscore_mean": z.mean("dataset"),
+            "zscore_mean_se": z_sd / np.sqrt(n_z),
+            "zscore_sd": z_sd,
+            # normal theory: the s.e. of a sample standard deviation is sd / sqrt(2 (n - 1))
+            "zscore_sd_se": z_sd / np.sqrt(2 * (n_z - 1).where(n_z > 1)),
             "n": n,
         }
     )

@@ -66,9 +66,57 @@ def test_summary_matches_hand_computation(serial_study):
     np.testing.assert_allclose(got["bias_se"], err.std(0, ddof=1) / np.sqrt(3))
     c = serial_study["covered"].sel(estimator="irls-gls", noise_ratio=0.05, n_points=129)
     np.testing.assert_allclose(got["coverage"], c.values.mean(0))
+    lo, hi = np.moveaxis(
+        serial_study["interval"].sel(estimator="irls-gls", noise_ratio=0.05, n_points=129).values,
+        -1,
+        0,
+    )
+    z = err / ((hi - lo) / 2 / 1.959963984540054)
+    np.testing.assert_allclose(got["zscore_mean"], z.mean(0))
+    np.testing.assert_allclose(got["zscore_sd"], z.std(0, ddof=1))
+    np.testing.assert_allclose(got["zscore_sd_se"], z.std(0, ddof=1) / 2)  # sqrt(2 (3 - 1))
     table = cov.to_table(s, ["rel_bias", "coverage", "coef_error_mean"])
     assert {"rel_bias", "rel_bias_se", "coverage", "coef_error_mean"} <= set(table.columns)
     assert len(table) == 3 * 2 * 1 * 2  # method x noise x points x param
+
+
+def test_zscores_tell_calibrated_from_narrow_intervals():
+    """Synthetic study, estimates N(p*, sd) with per-run sd: intervals of the right width give
+    z-scores with sd 1 and 95 % coverage; half as wide, sd 2 and about 68 % coverage."""
+    rng = np.random.default_rng(1)
+    n, truth = 4000, np.array([1.0, -2.0])
+    sd = rng.uniform(0.05, 0.2, size=(n, 2))
+    est = truth + sd * rng.normal(size=(n, 2))
+    half = 1.959963984540054 * np.stack([sd, sd / 2])  # calibrated, too narrow
+    interval = np.stack([est - half, est + half], axis=-1)[:, None, None]
+    dims = ("estimator", "noise_ratio", "n_points", "dataset")
+    covered = (interval[..., 0] <= truth) & (truth <= interval[..., 1])
+    zeros = np.zeros((2, 1, 1, n))
+    ds = xr.Dataset(
+        {
+            "estimate": ((*dims, "param"), np.broadcast_to(est, (2, 1, 1, n, 2))),
+            "interval": ((*dims, "param", "bound"), interval),
+            "covered": ((*dims, "param"), covered.astype(float)),
+            **{v: (dims, zeros) for v in ("coef_error", "fsim_error", "fsim_failed")},
+            "success": (dims, zeros + 1),
+            "wall_time": (dims, zeros),
+        },
+        coords={
+            "estimator": ["calibrated", "narrow"],
+            "noise_ratio": [0.1],
+            "n_points": [129],
+            "param": ["a", "b"],
+            "bound": ["lower", "upper"],
+            "truth": ("param", truth),
+        },
+        attrs={"level": 0.95},
+    )
+    s = cov.summarize(ds).squeeze(["noise_ratio", "n_points"])
+    for name, sd_z, c in (("calibrated", 1.0, 0.95), ("narrow", 2.0, 0.6827)):
+        got = s.sel(estimator=name)
+        assert np.all(np.abs(got["zscore_sd"] - sd_z) < 4 * got["zscore_sd_se"])
+        assert np.all(np.abs(got["zscore_mean"]) < 4 * got["zscore_mean_se"])
+        assert np.all(np.abs(got["coverage"] - c) < 4 * got["coverage_se"])
 
 
 def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):

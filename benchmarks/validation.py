@@ -57,6 +57,13 @@ def run(problem, methods, n_datasets, workers=1, progress=False, execute=True):
 def report(problem: str, ds) -> None:
     s = summarize(ds)
     print(f"\n## {problem} ({int(ds.attrs['n_done'])} of {int(ds.attrs['n_runs'])} runs done)")
+    # the two MLE intervals share one fit per data set: count its time once
+    own = [e for e in ds.estimator.values if e != "mle-sandwich"]
+    seconds = ds["wall_time"].sel(estimator=own).sum(["noise_ratio", "n_points", "dataset"])
+    parts = ", ".join(
+        f"{e} {float(v) / 3600:.2f} h" for e, v in zip(own, seconds.values, strict=True)
+    )
+    print(f"study time (sum of per-run wall times): {float(seconds.sum()) / 3600:.2f} h ({parts})")
     print("coverage of nominal 95 % intervals (Monte Carlo s.e.), per parameter")
     for nr in s.noise_ratio.values:
         for est in s.estimator.values:

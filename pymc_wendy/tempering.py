@@ -65,6 +65,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
+from scipy import stats
 from threadpoolctl import threadpool_limits
 
 from pymc_wendy._progress import ProgressBar
@@ -1057,8 +1058,39 @@ def _result(model, target, lad, results, C, D, elapsed, relaxation, swap):
             "relax_scales": list(target.relax_scales),
         }
     )
+    if R > 1:
+        dt["sample_stats"].attrs["communication_barrier"] = _communication_barrier(acc, att)
     _warn(dt, acc, att, C)
     return dt
+
+
+# Swap acceptance per pair that the advice on the number of rungs aims for (the middle of the
+# 0.2-0.5 range in which states travel the ladder well).
+_TARGET_SWAP = 0.35
+
+
+def _barrier_per_pair(accept: np.ndarray) -> np.ndarray:
+    """Barrier between two rungs from their swap acceptance, under Gaussian energy differences.
+
+    Near-by rungs reject with probability ``b`` = their share of the global communication
+    barrier (Syed et al. 2022). With a Gaussian log swap ratio (``N(-mu, 2 mu)``, the form
+    detailed balance imposes) acceptance is ``2 Phi(-sqrt(mu / 2))`` and small gaps reject
+    ``sqrt(mu / pi)``, so ``b = -Phi^-1(a / 2) sqrt(2 / pi)``: equal to ``1 - a`` for close
+    rungs, but growing past 1 for pairs that rarely swap, where ``1 - a`` saturates.
+    """
+    return -stats.norm.ppf(np.asarray(accept) / 2.0) * np.sqrt(2.0 / np.pi)
+
+
+def _communication_barrier(acc: np.ndarray, att: np.ndarray) -> float:
+    """The ladder's global communication barrier from the swaps of all chains (pooled)."""
+    n = np.maximum(att.sum(0), 1)
+    accept = np.clip(acc.sum(0) / n, 0.5 / n, 1.0)  # no swap in n tries: at most about 1/(2n)
+    return float(_barrier_per_pair(accept).sum())
+
+
+def _rungs_for(barrier: float, accept: float = _TARGET_SWAP) -> int:
+    """Rungs whose equalised pairs would each swap with probability about ``accept``."""
+    return 1 + max(1, math.ceil(barrier / float(_barrier_per_pair(accept))))
 
 
 def _warn(dt, acc, att, C) -> None:
@@ -1073,6 +1105,18 @@ def _warn(dt, acc, att, C) -> None:
             f"swaps between rungs {[(k, k + 1) for k in pairs]} were never accepted in "
             f"{len({c for c, _ in never})} of {C} chains: the ladder is too coarse there; use "
             "more rungs (or a ladder with smaller steps)",
+            SFTWarning,
+            stacklevel=3,
+        )
+    pooled = acc.sum(0) / np.maximum(att.sum(0), 1)
+    if pooled.size and pooled.min() < 0.2:
+        barrier = dt["sample_stats"].attrs["communication_barrier"]
+        about = "at least" if pooled.min() == 0 else "about"  # a pair that never swapped
+        warnings.warn(
+            f"swap acceptance is {pooled.min():.2f}-{pooled.max():.2f} per pair, below the "
+            f"0.2-0.5 in which states travel the ladder well; the ladder's communication "
+            f"barrier is {about} {barrier:.1f}, so about {_rungs_for(barrier)} rungs (now "
+            f"{pooled.size + 1}) would swap with probability {_TARGET_SWAP} per pair",
             SFTWarning,
             stacklevel=3,
         )

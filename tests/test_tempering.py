@@ -317,6 +317,59 @@ def test_tempering_leaves_a_spurious_weak_mode_where_nuts_stays():
 # --- the result and bad input ----------------------------------------------------------------
 
 
+def _exact_barrier(y, d, prior_sd, beta_min, rng):
+    """Global communication barrier of the power ladder of ``mu_i ~ N(0, prior_sd)``,
+    ``y ~ N(mu_i, 1)`` (d copies): the integral over beta of ``E|V1 - V2| / 2`` (Syed et al.
+    2022), ``V`` = minus the log-likelihood, ``V1, V2`` independent draws of the rung's
+    (Gaussian) posterior, by Monte Carlo on a fine grid."""
+    n, ybar = y.size, y.mean()
+    betas = np.geomspace(beta_min, 1.0, 400)
+    lam = []
+    for b in betas:
+        tau = prior_sd**-2 + b * n
+        mu = rng.normal(b * n * ybar / tau, tau**-0.5, size=(2, 20000, d))
+        V = 0.5 * n * ((mu - ybar) ** 2).sum(-1)
+        lam.append(0.5 * np.abs(V[0] - V[1]).mean())
+    return np.trapezoid(lam, betas)
+
+
+def test_low_swap_acceptance_warns_with_the_rungs_that_fix_it():
+    """A too-short ladder warns with the communication barrier and the number of rungs for
+    0.35 acceptance per pair; that many rungs then swap at 0.2-0.55 on every pair, and the
+    barrier estimate matches the exact one within 4 Monte Carlo s.e. (binomial swap counts
+    through the barrier-per-pair map)."""
+    import re
+
+    from pymc_wendy.tempering import _barrier_per_pair
+
+    d = 4
+    y = np.random.default_rng(1).normal(3.0, 1.0, 2000)
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 10.0, shape=d)
+        pm.Normal("y", mu[:, None], 1.0, observed=np.tile(y, (d, 1)))
+    opts = {"tune": 300, "chains": 2, "relaxation": "power", "model": model}
+    opts |= {"random_seed": 0, "progressbar": False, "cores": 1}
+    with pytest.warns(SFTWarning, match="below the 0.2-0.5") as record:
+        sample_sft(300, rungs=4, **opts)
+    [msg] = [str(w.message) for w in record if "below the" in str(w.message)]
+    rungs = int(re.search(r"about (\d+) rungs", msg).group(1))
+    exact = _exact_barrier(y, d, 10.0, 1e-3, np.random.default_rng(0))  # 5.18
+    assert rungs == 1 + int(np.ceil(exact / _barrier_per_pair(0.35))), msg
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", SFTWarning)
+        dt = sample_sft(300, rungs=rungs, **opts)
+    assert not [w for w in record if "below the" in str(w.message)]
+    ss = dt.sample_stats
+    acc = ss["swap_accept"].mean("chain").values
+    assert np.all((acc > 0.2) & (acc < 0.55)), acc
+    n = ss["swap_attempts"].sum("chain").values
+    slope = np.abs(np.gradient(_barrier_per_pair(np.linspace(0.05, 0.95, 181)), 0.005))
+    se = np.sqrt(
+        np.sum(np.interp(acc, np.linspace(0.05, 0.95, 181), slope) ** 2 * acc * (1 - acc) / n)
+    )
+    assert abs(ss.attrs["communication_barrier"] - exact) < 4 * se, (ss.attrs, exact, se)
+
+
 def test_result_layout_and_never_swapping_warning():
     model, _ = _gaussian_model(n=2000)
     with model:  # a vector without dims gets ArviZ's default dimension name in every group

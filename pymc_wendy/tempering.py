@@ -739,7 +739,10 @@ def sample_sft(
     -----
     SFTWarning
         When a neighbouring pair never swapped during the draws (the ladder is too coarse:
-        add rungs), when the top rung diverged, or when its chains disagree (R-hat > 1.01).
+        add rungs), when a pair swaps with probability below 0.2 (the message gives the
+        number of rungs for about 0.35, from the ladder's communication barrier, which
+        ``sample_stats.attrs["communication_barrier"]`` holds), when the top rung diverged,
+        or when its chains disagree (R-hat > 1.01).
     """
     model = pm.modelcontext(model)
     if relaxation not in ("covariance", "power", "hybrid"):

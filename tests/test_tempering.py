@@ -296,8 +296,10 @@ def test_tempering_leaves_a_spurious_weak_mode_where_nuts_stays():
     nuts = _plain_nuts(model, starts)
     assert float(az.rhat(nuts)["p"].max()) > 1.1
     assert (nuts.posterior["p"].values[..., 1] > 20).mean() == pytest.approx(0.5, abs=0.05)
+    # 1000 draws: after 300 this run's split R-hat was 1.014 (p1) with every chain already in
+    # the right mode; the 0.01 criterion needs longer chains to be a statement about mixing
     dt = sample_sft(
-        300,
+        1000,
         tune=300,
         chains=4,
         rungs=10,

@@ -14,7 +14,7 @@ to the Hessian interval's, the share of runs that did not report success, the me
 per data set and method, and the mean and sd of the standardised errors (``summarize``).
 
 Run:  python benchmarks/validation.py [--problems a,b] [--datasets N] [--workers W]
-      [--stage cheap|nuts|all] [--report-only]
+      [--stage cheap|nuts|all] [--report-only] [--markdown]
 """
 
 from __future__ import annotations
@@ -91,6 +91,45 @@ def report(problem: str, ds) -> None:
             )
 
 
+def markdown(problem: str, ds) -> None:
+    """The tables of ``docs/validation.md`` for one problem: coverage per parameter (p1 / p2 /
+    ...; eq. 9 with its mean width relative to the Hessian interval), mean / sd of the
+    standardised errors, and mean wall time per data set."""
+    s = summarize(ds).squeeze("n_points")
+    order = ["mle-sandwich", "mle-hessian", "laplace", "nuts"]
+    names = ["eq. 9 sandwich (width vs Hessian)", "inverse Hessian", "Laplace", "NUTS"]
+
+    def row(cells):
+        return "| " + " | ".join(cells) + " |"
+
+    def cov(est, nr):
+        c = " / ".join(f"{float(v):.2f}" for v in s["coverage"].sel(estimator=est, noise_ratio=nr))
+        if est != "mle-sandwich":
+            return c
+        w = s["width"].sel(noise_ratio=nr)
+        ratio = float((w.sel(estimator=est) / w.sel(estimator="mle-hessian")).mean())
+        return f"{c} ({ratio:.1f}x)"
+
+    def zs(est, nr):
+        sel = s.sel(estimator=est, noise_ratio=nr)
+        pairs = zip(sel["zscore_mean"].values, sel["zscore_sd"].values, strict=True)
+        return ", ".join(f"{m:+.2f} / {d:.2f}" for m, d in pairs)
+
+    print(f"\n### {problem}: coverage ({' / '.join(map(str, ds.param.values))})\n")
+    print(row(["noise", *names]) + "\n" + row(["---"] * 5))
+    for nr in s.noise_ratio.values:
+        print(row([f"{100 * nr:g} %", *(cov(e, nr) for e in order)]))
+    print(f"\n### {problem}: standardised errors, mean / sd per parameter\n")
+    print(row(["noise", *names[1:], names[0].split(" (")[0]]) + "\n" + row(["---"] * 5))
+    for nr in s.noise_ratio.values:
+        print(row([f"{100 * nr:g} %", *(zs(e, nr) for e in order[1:] + order[:1])]))
+    print(f"\n### {problem}: mean wall time per data set\n")
+    print(row(["noise", "MLE (both intervals)", "Laplace", "NUTS"]) + "\n" + row(["---"] * 4))
+    for nr in s.noise_ratio.values:
+        t = [f"{float(s['wall_time'].sel(estimator=e, noise_ratio=nr)):.2f} s" for e in order[1:]]
+        print(row([f"{100 * nr:g} %", *t]))
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=",".join(PROBLEMS))
@@ -99,6 +138,7 @@ def main(argv=None) -> None:
     ap.add_argument("--stage", choices=["cheap", "nuts", "all"], default="all")
     ap.add_argument("--report-only", action="store_true", help="summarise what is stored")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="also print the docs' tables")
     args = ap.parse_args(argv)
     problems = [p for p in args.problems.split(",") if p]
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}
@@ -108,7 +148,10 @@ def main(argv=None) -> None:
             for problem in problems:
                 run(problem, stage, args.datasets, args.workers, not args.no_progress)
     for problem in problems:
-        report(problem, run(problem, methods, args.datasets, execute=False))
+        ds = run(problem, methods, args.datasets, execute=False)
+        report(problem, ds)
+        if args.markdown:
+            markdown(problem, ds)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import numpy as np
 from scipy import linalg as sla
 from scipy import optimize, stats
 
+from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
@@ -505,6 +506,7 @@ def _oe_data(model: ODEModel, t, U, noise, sigma):
     return t, U, s, False
 
 
+@single_blas_thread
 def fit(
     model: ODEModel | WeakLikelihood,
     t=None,

@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from pymc_wendy import _linear, kernels
+from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEModel
@@ -210,12 +211,14 @@ class WeakLikelihood:
         (F,) = self._derivs(p, "f")
         return kernels.residual(self.phi, F, self.b)
 
+    @single_blas_thread
     def covariance(self, p, sigma=None) -> np.ndarray:
         """Weak-residual covariance ``S(p)`` including the ridge, shape (K*D, K*D)."""
         p = self._p(p)
         ev = self._evaluation(p, self._s2(sigma))
         return ev.C @ ev.C.T
 
+    @single_blas_thread
     def nll(self, p, sigma=None) -> float:
         """Negative log-likelihood ``l(p)`` (WENDy-MLE eq. 6)."""
         p = self._p(p)
@@ -225,6 +228,7 @@ class WeakLikelihood:
             return lin.nll(p)
         return self._evaluation(p, s2).nll
 
+    @single_blas_thread
     def nll_grad(self, p, sigma=None) -> tuple[float, np.ndarray]:
         """Negative log-likelihood and its gradient with respect to ``p``."""
         p = self._p(p)
@@ -237,6 +241,7 @@ class WeakLikelihood:
         g, _, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
         return ev.nll, g
 
+    @single_blas_thread
     def nll_grad_sigma2(self, p, sigma=None) -> tuple[float, np.ndarray, np.ndarray]:
         """Value, gradient in ``p`` and gradient in the per-state noise variances ``sigma**2``."""
         p = self._p(p)
@@ -245,6 +250,7 @@ class WeakLikelihood:
         g, gs, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
         return ev.nll, g, gs
 
+    @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:
         """Hessian of the negative log-likelihood with respect to ``p`` (WENDy-MLE eq. 8)."""
         p = self._p(p)
@@ -253,6 +259,7 @@ class WeakLikelihood:
         _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
         return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B)
 
+    @single_blas_thread
     def whitened_residual(self, p, sigma=None) -> np.ndarray:
         """``C^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth (first order)."""
         p = self._p(p)
@@ -264,6 +271,7 @@ class WeakLikelihood:
         (Jp,) = self._derivs(p, "f_p")
         return kernels.dr_dp(self.phi, Jp)
 
+    @single_blas_thread
     def parameter_covariance(
         self, p, sigma=None, method: Literal["sandwich", "gls", "hessian"] = "sandwich"
     ) -> np.ndarray:

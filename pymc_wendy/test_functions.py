@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from pymc_wendy._threads import one_blas_thread
 from pymc_wendy._validation import check_data, check_times
 
 __all__ = [
@@ -784,7 +785,8 @@ def build_test_functions(
     # Columns outside every support (at least t_0 and t_M) are exactly zero; leaving them out of
     # the SVD keeps them exactly zero in phi instead of rounding-level noise.
     active = np.flatnonzero(np.any(phi_full != 0.0, axis=0))
-    q, s, vt = np.linalg.svd(phi_full[:, active], full_matrices=False)
+    with one_blas_thread():  # why: pymc_wendy._threads
+        q, s, vt = np.linalg.svd(phi_full[:, active], full_matrices=False)
     s = np.concatenate([s, np.zeros(min(phi_full.shape) - s.size)])
     K = _select_K(s, K, int(Kmax), float(max_cond), float(max_info), t.size)
     coefficients = q[:, :K].T / s[:K, None]

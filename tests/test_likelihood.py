@@ -254,3 +254,42 @@ def test_non_finite_rhs_and_singular_covariance_are_reported(lv):
         zero = WeakLikelihood(prob.model, data.t, data.U, sigma=0.0, ridge=0.0)
     with pytest.raises(CovarianceError, match="not positive definite"):
         zero.nll_grad_sigma2(data.p_true)
+
+
+def test_linear_algebra_runs_on_one_blas_thread(monkeypatch):
+    """The likelihood's algebra (and ``fit``, and the test functions' SVD) runs under one BLAS
+    thread whatever the caller set, and the caller's setting is restored afterwards
+    (``pymc_wendy._threads``: threads spinning against busy cores cost 100x)."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import pymc_wendy as pw
+    from pymc_wendy import kernels
+
+    def blas_threads():
+        return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+
+    seen = []
+    for name in ("gradient_parts", "hessian"):
+        orig = getattr(kernels, name)
+
+        def spy(*args, _orig=orig, **kwargs):
+            seen.append(blas_threads())
+            return _orig(*args, **kwargs)
+
+        monkeypatch.setattr(kernels, name, spy)
+    svd = np.linalg.svd
+
+    def svd_spy(*args, **kwargs):
+        seen.append(blas_threads())
+        return svd(*args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, "svd", svd_spy)
+    prob = get_problem("goodwin_2d")  # nonlinear in p: the general kernels
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=0)
+    with threadpool_limits(2, user_api="blas"):
+        lik = WeakLikelihood(prob.model, data.t, data.U)
+        lik.nll_grad(prob.p_true)
+        lik.hessian(prob.p_true)
+        pw.fit(prob.model, data.t, data.U, method="wls", p0=prob.p_true)
+        assert blas_threads() == 2
+    assert len(seen) >= 4 and set(seen) == {1}, seen

@@ -24,9 +24,15 @@ def _controller() -> ThreadpoolController:
     return ThreadpoolController()
 
 
+def blas_threads(n: int | None):
+    """Context manager: BLAS limited to ``n`` threads inside (``None``: unchanged), restored
+    on exit; ``.restore_original_limits()`` ends it early."""
+    return _controller().limit(limits=n, user_api="blas")
+
+
 def one_blas_thread():
     """Context manager: BLAS limited to one thread inside, restored on exit."""
-    return _controller().limit(limits=1, user_api="blas")
+    return blas_threads(1)
 
 
 def single_blas_thread(fn):

@@ -49,6 +49,7 @@ import xarray as xr
 from scipy import stats
 
 from pymc_wendy._progress import ProgressBar
+from pymc_wendy._threads import one_blas_thread
 from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
 
 __all__ = ["default_priors", "run_coverage", "summarize", "to_table"]
@@ -129,8 +130,6 @@ def _data_seed(seed: int, noise_ratio: float, n_points: int, dataset: int) -> in
 
 def _run_task(task: _Task) -> dict:
     """Simulate the data set and apply the estimator; never raises (failures are recorded)."""
-    from threadpoolctl import threadpool_limits
-
     start = time.perf_counter()
     prob = task.problem
     J = prob.model.n_params
@@ -151,7 +150,7 @@ def _run_task(task: _Task) -> dict:
         data = prob.simulate(
             n_points=task.n_points, noise_ratio=task.noise_ratio, seed=task.data_seed
         )
-        with threadpool_limits(1, user_api="blas"):
+        with one_blas_thread():
             if task.estimator in _BAYES:
                 _bayes(task, data, record)
             else:

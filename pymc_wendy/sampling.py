@@ -35,8 +35,8 @@ import pytensor.tensor as pt
 import xarray as xr
 from pymc.blocking import DictToArrayBijection
 from scipy import optimize
-from threadpoolctl import threadpool_limits
 
+from pymc_wendy import _threads
 from pymc_wendy.distribution import _is_symbolic, _params_vector
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.kernels import WeakLikelihoodError
@@ -161,7 +161,7 @@ def sample(
         kwargs.setdefault("blas_cores", blas_threads)
     elif sampler == "pymc" and started >= set(model.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
-    with threadpool_limits(blas_threads, user_api="blas"):
+    with _threads.blas_threads(blas_threads):
         return pm.sample(draws, model=model, initvals=start or None, **kwargs)
 
 
@@ -226,7 +226,7 @@ def laplace(
         value, grad = logp_dlogp(x)
         return -float(value), -np.asarray(grad, dtype=float)
 
-    with threadpool_limits(1, user_api="blas"):
+    with _threads.one_blas_thread():
         res = optimize.minimize(neg, x0.data, jac=True, method="L-BFGS-B")
         x = res.x
         n = x.size

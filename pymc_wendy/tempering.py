@@ -66,9 +66,9 @@ from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import applys_between
 from scipy import stats
-from threadpoolctl import threadpool_limits
 
 from pymc_wendy._progress import ProgressBar
+from pymc_wendy._threads import one_blas_thread
 from pymc_wendy.op import WeakLogLikelihoodOp
 
 __all__ = ["SFTWarning", "sample_sft"]
@@ -808,7 +808,7 @@ def sample_sft(
     bar = None
     start_time = time.perf_counter()
     # the likelihood's factorisations are small: threads only contend with each other
-    limits = threadpool_limits(1, user_api="blas")
+    limits = one_blas_thread()
     runner = _Runner(target, lad, populations, workers)
     try:
         bar = _Progress(progressbar, total, C)

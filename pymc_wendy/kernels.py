@@ -148,17 +148,25 @@ def evaluate(
 
 
 def gradient_parts(
-    ev: Evaluation, phi: np.ndarray, Jp: np.ndarray, Jup: np.ndarray, ridge: float
+    ev: Evaluation,
+    phi: np.ndarray,
+    Jp: np.ndarray,
+    Jup: np.ndarray,
+    ridge: float,
+    logdet: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradient with respect to ``p`` and to the noise variances, plus the contraction ``B``.
 
-    Returns ``(grad_p, grad_sigma2, B)`` with ``B`` of shape (D, M+1, D).
+    Returns ``(grad_p, grad_sigma2, B)`` with ``B`` of shape (D, M+1, D). ``logdet=False``
+    gives the gradient of the quadratic form ``r' S^-1 r / 2`` alone (the bias study in
+    ``benchmarks/bias_mechanisms.py``).
     """
     D, K, _, M1 = ev.L.shape
     n = K * D
     L2 = ev.L.reshape(n, D * M1)
-    Y = _solve(ev.C, L2)  # S^{-1} L
-    WL = Y - np.outer(ev.a, ev.a @ L2)
+    WL = -np.outer(ev.a, ev.a @ L2)
+    if logdet:
+        WL += _solve(ev.C, L2)  # S^{-1} L
     WL4 = WL.reshape(D, K, D, M1)
     B = np.einsum("km,dkem->dme", phi, WL4, optimize=True) * ev.s2[None, None, :]
     G = dr_dp(phi, Jp)

@@ -72,6 +72,31 @@ def test_noise_variance_gradient_matches_finite_differences(case):
     assert _rel(grad_s2, numeric) < 1e-5
 
 
+def test_quadratic_form_gradient_matches_finite_differences(case):
+    """``gradient_parts(..., logdet=False)`` is the gradient of ``r' S^-1 r / 2`` alone, in
+    ``p`` and in the noise variances (the bias study, ``benchmarks/bias_mechanisms.py``)."""
+    from pymc_wendy import kernels
+
+    lik, p = case
+
+    def quadratic(q, s2=lik.sigma**2):
+        ev = lik._evaluation(q, s2)
+        return 0.5 * ev.r @ ev.a
+
+    ev = lik._evaluation(p, lik.sigma**2)
+    Jp, Jup = lik._derivs(p, "f_p", "f_up")
+    g, g_s2, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge, logdet=False)
+    assert _rel(g, _central(quadratic, p)) < 1e-5
+    assert _rel(g_s2, _central(lambda v: quadratic(p, v), lik.sigma**2)) < 1e-5
+    # and what it leaves out is exactly the log-determinant's gradient
+    g_full, _, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge)
+
+    def half_logdet(q):
+        return np.sum(np.log(np.diag(lik._evaluation(q, lik.sigma**2).C)))
+
+    assert _rel(g_full - g, _central(half_logdet, p)) < 1e-5
+
+
 @pytest.mark.parametrize("name", ["logistic", "lotka_volterra", "fitzhugh_nagumo", "lorenz"])
 def test_linear_fast_path_equals_general_path(name):
     prob = get_problem(name)

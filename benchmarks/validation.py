@@ -14,7 +14,7 @@ to the Hessian interval's, the share of runs that did not report success, the me
 per data set and method, and the mean and sd of the standardised errors (``summarize``).
 
 Run:  python benchmarks/validation.py [--problems a,b] [--datasets N] [--workers W]
-      [--stage cheap|nuts|all] [--report-only] [--markdown]
+      [--stage cheap|nuts|all] [--report-only] [--markdown] [--figures DIR]
 """
 
 from __future__ import annotations
@@ -130,6 +130,44 @@ def markdown(problem: str, ds) -> None:
         print(row([f"{100 * nr:g} %", *t]))
 
 
+def figures(problem: str, ds, outdir: Path) -> list[Path]:
+    """The docs' figures for one problem: coverage against noise, one panel per parameter
+    and one line per method with its Monte Carlo error bar; and the mean estimate with the
+    mean interval against noise, beside the truth (WENDy-MLE Figs. 2-7)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = summarize(ds)
+    names = ds["param"].values.tolist()
+    ncols = min(len(names), 3)
+    nrows = -(-len(names) // ncols)
+    fig, grid = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax in grid.ravel()[len(names) :]:
+        ax.set_visible(False)
+    for k, (ax, name) in enumerate(zip(grid.ravel(), names, strict=False)):
+        pw.plot_study(s.sel(param=name), "coverage", axes=[ax])
+        ax.set_title(name)
+        ax.set_ylabel("coverage" if k % ncols == 0 else "")
+        if k and ax.get_legend() is not None:
+            ax.get_legend().remove()
+    fig.suptitle(f"{problem}: coverage of nominal 95 % intervals, {int(ds.n_points[0])} points")
+    fig.tight_layout()
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = [
+        outdir / f"validation_{problem}_coverage.png",
+        outdir / f"validation_{problem}_intervals.png",
+    ]
+    fig.savefig(paths[0], dpi=90)
+    plt.close(fig)
+    fig = pw.plot_intervals(ds)
+    fig.savefig(paths[1], dpi=90)
+    plt.close(fig)
+    return paths
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", default=",".join(PROBLEMS))
@@ -139,6 +177,7 @@ def main(argv=None) -> None:
     ap.add_argument("--report-only", action="store_true", help="summarise what is stored")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print the docs' tables")
+    ap.add_argument("--figures", type=Path, help="write the docs' figures to this directory")
     args = ap.parse_args(argv)
     problems = [p for p in args.problems.split(",") if p]
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}
@@ -152,6 +191,9 @@ def main(argv=None) -> None:
         report(problem, ds)
         if args.markdown:
             markdown(problem, ds)
+        if args.figures is not None:
+            for path in figures(problem, ds, args.figures):
+                print(f"wrote {path}")
 
 
 if __name__ == "__main__":

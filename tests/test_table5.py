@@ -35,7 +35,8 @@ not be *worse* than the paper's, in ``|bias|`` and MSE), because test-function c
 the bias systematically in both directions: at 1-2 % noise the paper's estimates carry a bias
 of +0.002 at every M (8-12 of its own standard errors from zero) that ours do not have (our
 quadrature-error bias, the linear response of the noise-free residual, is below 2e-4), and at
-257 points and 10-20 % noise ours is a half to two thirds of the paper's. A smaller bias or
+257 points and 10-20 % noise ours is a half to two thirds of the paper's in this study (400
+fresh data sets give about the paper's: docs/validation.md). A smaller bias or
 MSE than the paper's is not a failure to reproduce WENDy-MLE's accuracy.
 
 **Known mismatch.** At 1025 points and 15-20 % noise our estimates have a positive bias

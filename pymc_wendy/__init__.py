@@ -8,7 +8,7 @@ estimators (:func:`fit`) and samplers.
 """
 
 from pymc_wendy import coverage
-from pymc_wendy.coverage import run_coverage
+from pymc_wendy.coverage import open_coverage, run_coverage
 from pymc_wendy.distribution import WeakODELikelihood
 from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
@@ -61,6 +61,7 @@ __all__ = [
     "initial_values",
     "laplace",
     "list_problems",
+    "open_coverage",
     "plot_intervals",
     "plot_predictive",
     "plot_study",

@@ -29,6 +29,7 @@ methods see the same data sets. With ``store=`` each finished run is appended to
 ``<store>/runs.jsonl`` as soon as it completes; calling :func:`run_coverage` again with the same
 store skips what is done (a study can be interrupted, resumed, or extended with more data sets,
 noise ratios or methods), and the assembled result is saved to ``<store>/results.nc``.
+:func:`open_coverage` reads a store back, finished or still running, without its settings.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
 from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
 
-__all__ = ["default_priors", "run_coverage", "summarize", "to_table"]
+__all__ = ["default_priors", "open_coverage", "run_coverage", "summarize", "to_table"]
 
 _FIT_KINDS = {
     "mle": ("hessian", "sandwich", "gls"),
@@ -300,10 +301,16 @@ class _Store:
         self._checked_end = False
 
     def load(self) -> dict[str, dict]:
+        return self.read(self.path)
+
+    @staticmethod
+    def read(path: Path) -> dict[str, dict]:
+        """The finished runs in ``path``/runs.jsonl by key (the last record of a key wins)."""
         done: dict[str, dict] = {}
-        if not self.runs_file.exists():
+        runs_file = path / "runs.jsonl"
+        if not runs_file.exists():
             return done
-        with self.runs_file.open() as fh:
+        with runs_file.open() as fh:
             for line in fh:
                 try:
                     rec = json.loads(line)
@@ -509,7 +516,7 @@ def run_coverage(
         if own_pool is not None:
             own_pool.shutdown(wait=False, cancel_futures=True)
 
-    ds = _to_dataset(prob, labels, records, noise_ratios, n_points, int(n_datasets), config)
+    ds = _to_dataset(prob.params, labels, records, noise_ratios, n_points, int(n_datasets), config)
     if st is not None:
         ds.to_netcdf(st.path / "results.nc", engine="h5netcdf")
     return ds
@@ -569,8 +576,67 @@ class _progress:
 # --- assembling the dataset ----------------------------------------------------------------
 
 
-def _to_dataset(prob, labels, records, noise_ratios, n_points, n_datasets, config) -> xr.Dataset:
-    J = prob.model.n_params
+def open_coverage(store: str | os.PathLike, problem: str | Problem | None = None) -> xr.Dataset:
+    """Read a stored study, finished or still running, as :func:`run_coverage` returns it.
+
+    Only the store is needed, not the settings that made it: methods, noise ratios, numbers
+    of points and data sets are those of the runs it holds, in the order they were first
+    stored. Nothing runs and nothing is written, so a study can be looked at while another
+    process is still adding to it.
+
+    Parameters
+    ----------
+    store : path
+        The ``store`` directory of :func:`run_coverage` (``study.json`` and ``runs.jsonl``).
+    problem : str or Problem, optional
+        Only for the parameter names of a study of your own problem; a benchmark problem is
+        found by the name the store records.
+
+    Returns
+    -------
+    xarray.Dataset
+        As :func:`run_coverage`: the product of the stored noise ratios, numbers of points and
+        data set indices, NaN where a run is not (yet) stored.
+    """
+    path = Path(store)
+    cfg_file = path / "study.json"
+    if not cfg_file.exists():
+        raise FileNotFoundError(f"{str(path)!r} is not a coverage store: it has no study.json")
+    config = json.loads(cfg_file.read_text())
+    truth = np.asarray(config["p_true"], dtype=float)
+    if problem is None:
+        try:
+            prob = get_problem(config["problem"])
+        except KeyError:
+            raise ValueError(
+                f"the store holds a study of {config['problem']!r}, which is not a benchmark "
+                "problem: pass problem= (the Problem the study ran) for its parameter names"
+            ) from None
+    else:
+        prob = get_problem(problem) if isinstance(problem, str) else problem
+    if len(prob.params) != truth.size:
+        raise ValueError(
+            f"problem {prob.name!r} has {len(prob.params)} parameters; the stored study has "
+            f"{truth.size}"
+        )
+    records = _Store.read(path)
+    labels: dict[str, tuple[str, str | None]] = {}
+    for rec in records.values():
+        base = rec["estimator"]
+        if base in _BAYES:
+            labels.setdefault(base, (base, None))
+            continue
+        # a run that failed before its intervals names none; the estimator's default then
+        for kind in rec["intervals"] or [_FIT_KINDS[base][0]]:
+            labels.setdefault(f"{base}-{kind}", (base, kind))
+    noise_ratios = sorted({float(r["noise_ratio"]) for r in records.values()})
+    n_points = sorted({int(r["n_points"]) for r in records.values()})
+    n_datasets = 1 + max((int(r["dataset"]) for r in records.values()), default=-1)
+    return _to_dataset(prob.params, labels, records, noise_ratios, n_points, n_datasets, config)
+
+
+def _to_dataset(params, labels, records, noise_ratios, n_points, n_datasets, config) -> xr.Dataset:
+    J = len(params)
     shape = (len(labels), len(noise_ratios), len(n_points), n_datasets)
     est = np.full((*shape, J), np.nan)
     interval = np.full((*shape, J, 2), np.nan)
@@ -598,7 +664,7 @@ def _to_dataset(prob, labels, records, noise_ratios, n_points, n_datasets, confi
                     fsim_failed[idx] = bool(rec.get("fsim_failed", True))
                     wall[idx] = _floats(rec["wall_time"])
                     message[idx] = rec["message"]
-    truth = prob.p_true
+    truth = np.asarray(config["p_true"], dtype=float)
     dims = ("estimator", "noise_ratio", "n_points", "dataset")
     covered = (interval[..., 0] <= truth) & (truth <= interval[..., 1])
     has_ci = np.all(np.isfinite(interval), axis=-1)
@@ -620,7 +686,7 @@ def _to_dataset(prob, labels, records, noise_ratios, n_points, n_datasets, confi
             "noise_ratio": noise_ratios,
             "n_points": n_points,
             "dataset": np.arange(n_datasets),
-            "param": list(prob.params),
+            "param": list(params),
             "bound": ["lower", "upper"],
             "truth": ("param", truth.copy()),
         },

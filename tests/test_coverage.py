@@ -136,6 +136,13 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
         cov.run_coverage("logistic", **kwargs, **SMALL)
     lines = (store / "runs.jsonl").read_text().splitlines()
     assert len(lines) == 4  # finished runs were kept
+    # the store can be read while the study is unfinished, without its settings
+    part = cov.open_coverage(store)
+    # (4 runs: mle and irls on the first two data sets; one mle fit gives two intervals)
+    assert list(part.estimator.values) == ["mle-hessian", "mle-sandwich", "irls-gls"]
+    assert part.attrs["n_done"] == 6 and part.sizes["dataset"] == 2
+    first = {"estimator": "mle-hessian", "noise_ratio": [0.05], "dataset": [0, 1]}
+    xr.testing.assert_allclose(part["estimate"].sel(first), serial_study["estimate"].sel(first))
     # a line cut short by a crash is ignored (that run is redone)
     with (store / "runs.jsonl").open("a") as fh:
         fh.write(lines[0][: len(lines[0]) // 2])
@@ -150,12 +157,16 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
     saved = xr.open_dataset(store / "results.nc", engine="h5netcdf")
     np.testing.assert_allclose(saved["estimate"], ds["estimate"])
     saved.close()
+    xr.testing.assert_identical(cov.open_coverage(store), ds)
     # extending: more data sets and a new interval kind of a finished estimator
     calls.clear()
     more = {**SMALL, "n_datasets": 4}
     ds4 = cov.run_coverage("logistic", **{**kwargs, "methods": ["mle-gls", "irls"]}, **more)
     assert len(calls) == 2 * 2 * 4 - 2 * 3  # mle refits all 4 for the gls interval; irls 1 new
     assert ds4.attrs["n_done"] == ds4.attrs["n_runs"]
+    opened = cov.open_coverage(store)  # every interval kind ever stored, first-stored order
+    assert list(opened.estimator.values) == ["mle-hessian", "mle-sandwich", "mle-gls", "irls-gls"]
+    xr.testing.assert_equal(opened.sel(estimator=["mle-gls", "irls-gls"]), ds4)
     # different settings in the same store are refused
     with pytest.raises(ValueError, match="different settings"):
         cov.run_coverage("logistic", **{**kwargs, "store": store}, level=0.9, **SMALL)
@@ -243,6 +254,21 @@ def test_bad_arguments():
         cov.run_coverage("logistic", noise_ratios=[0.0])
     with pytest.raises(KeyError, match="unknown problem"):
         cov.run_coverage("nope")
+
+
+def test_open_coverage_names_what_it_cannot_read(tmp_path):
+    import dataclasses
+
+    with pytest.raises(FileNotFoundError, match="not a coverage store"):
+        cov.open_coverage(tmp_path)
+    mine = dataclasses.replace(pw.get_problem("logistic"), name="my_growth")
+    ds = cov.run_coverage(mine, methods=["wls"], noise_ratios=[0.1], n_points=[65], n_datasets=1,
+                          max_workers=1, progress=False, store=tmp_path)  # fmt: skip
+    with pytest.raises(ValueError, match="not a benchmark problem"):
+        cov.open_coverage(tmp_path)
+    with pytest.raises(ValueError, match="has 4 parameters"):
+        cov.open_coverage(tmp_path, problem="lotka_volterra")
+    xr.testing.assert_identical(cov.open_coverage(tmp_path, problem=mine), ds)
 
 
 def test_store_record_is_plain_json(tmp_path):

@@ -137,7 +137,7 @@ class _pandas_width:
 
 
 def _coverage(args) -> int:
-    from pymc_wendy.coverage import run_coverage, summarize, to_table
+    from pymc_wendy.coverage import open_coverage, run_coverage, summarize, to_table
 
     def floats(text):
         return [float(x) for x in text.split(",") if x.strip()]
@@ -152,7 +152,10 @@ def _coverage(args) -> int:
         "store": args.store,
         "max_workers": args.workers,
     }
-    if args.dask:
+    if args.report:
+        ds = open_coverage(args.store)
+        print(f"{ds.attrs['n_done']} of {ds.attrs['n_runs']} runs stored")
+    elif args.dask:
         from distributed import Client
 
         with Client(args.dask) as client:
@@ -196,7 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
     c.add_argument("--dask", default=None, help="address of a Dask scheduler to run on")
     c.add_argument("--table", default=None, help="write the summary table to this CSV file")
+    c.add_argument(
+        "--report", action="store_true", help="summarise what --store holds; run nothing"
+    )
     args = parser.parse_args(argv)
+    if args.command == "coverage" and args.report and not args.store:
+        parser.error("--report reads a study: give its --store")
     if args.command == "coverage":
         return _coverage(args)
     if args.command == "demo":

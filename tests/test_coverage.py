@@ -292,6 +292,14 @@ def test_command_line(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "mle-sandwich" in out and "coverage" in out
     assert (tmp_path / "s" / "results.nc").exists() and (tmp_path / "t.csv").exists()
+    # --report summarises the store (read back with open_coverage) and runs nothing
+    assert main(["coverage", "--report", "--store", str(tmp_path / "s")]) == 0
+    report = capsys.readouterr().out
+    head, table = report.split("\n", 1)
+    assert head == "4 of 4 runs stored" and out.endswith(table)  # the same summary
+    with pytest.raises(SystemExit):
+        main(["coverage", "--report"])
+    assert "give its --store" in capsys.readouterr().err
 
 
 def test_plot_study(serial_study):

@@ -136,8 +136,8 @@ class _pandas_width:
         self._ctx.__exit__(*exc)
 
 
-def _coverage(args) -> int:
-    from pymc_wendy.coverage import open_coverage, run_coverage, summarize, to_table
+def _run_study(args):
+    from pymc_wendy.coverage import run_coverage
 
     def floats(text):
         return [float(x) for x in text.split(",") if x.strip()]
@@ -152,16 +152,22 @@ def _coverage(args) -> int:
         "store": args.store,
         "max_workers": args.workers,
     }
+    if not args.dask:
+        return run_coverage(args.problem, **kwargs)
+    from distributed import Client
+
+    with Client(args.dask) as client:
+        return run_coverage(args.problem, executor=client.get_executor(), **kwargs)
+
+
+def _coverage(args) -> int:
+    from pymc_wendy.coverage import open_coverage, summarize, to_table
+
     if args.report:
         ds = open_coverage(args.store)
         print(f"{ds.attrs['n_done']} of {ds.attrs['n_runs']} runs stored")
-    elif args.dask:
-        from distributed import Client
-
-        with Client(args.dask) as client:
-            ds = run_coverage(args.problem, executor=client.get_executor(), **kwargs)
     else:
-        ds = run_coverage(args.problem, **kwargs)
+        ds = _run_study(args)
     table = to_table(summarize(ds), ["coverage", "rel_bias", "rel_mse", "coef_error_mean"])
     with _pandas_width():
         print(table.to_string(float_format=lambda v: f"{v:.4g}"))

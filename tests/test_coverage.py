@@ -302,6 +302,27 @@ def test_command_line(tmp_path, capsys):
     assert "give its --store" in capsys.readouterr().err
 
 
+def test_command_line_on_dask(tmp_path, capsys):
+    distributed = pytest.importorskip("distributed")
+    from pymc_wendy.cli import main
+
+    args = ["coverage", "--problem", "logistic", "--methods", "mle", "--noise", "0.1",
+            "--points", "65", "--datasets", "2", "--workers", "1"]  # fmt: skip
+    assert main([*args, "--store", str(tmp_path / "local")]) == 0
+    local = capsys.readouterr().out
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None
+    ) as cluster:
+        on_dask = [*args, "--store", str(tmp_path / "dask"), "--dask", cluster.scheduler_address]
+        assert main(on_dask) == 0
+        submitted = set(cluster.scheduler.task_prefixes)
+    assert submitted == {"run_task"}, submitted  # the runs went to the cluster
+    assert capsys.readouterr().out == local  # the same summary, computed on the cluster
+    a, b = (cov.open_coverage(tmp_path / s) for s in ("local", "dask"))
+    xr.testing.assert_allclose(a["estimate"], b["estimate"])
+    assert b.attrs["n_done"] == 2
+
+
 def test_plot_study(serial_study):
     pytest.importorskip("matplotlib")
     import matplotlib

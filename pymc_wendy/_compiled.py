@@ -61,8 +61,11 @@ def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
 
 
 @numba.njit(cache=True)
-def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad):
+def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=True):
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
+
+    ``logdet=False`` gives the quadratic form ``r' S^-1 r / 2`` alone and its gradient (the
+    bias-corrected objective, :mod:`pymc_wendy.bias`); it skips the solve against ``L``.
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
     derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances. The
@@ -108,11 +111,16 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad):
     ok, C, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
         return np.inf, gp, gs
+    if not logdet:
+        nll = 0.5 * np.dot(r, a)
     if not want_grad:
         return nll, gp, gs
 
-    YT = LT.copy()  # YT.T <- S^{-1} L
-    _lapack.potrs_lower(C, YT.T)
+    if logdet:
+        YT = LT.copy()  # YT.T <- S^{-1} L
+        _lapack.potrs_lower(C, YT.T)
+    else:  # W = -a a^T: no S^{-1} L term
+        YT = np.zeros((0, n))
     # B[d, m, e] = s2_e sum_k phi[k, m] (W L)[(d, k), (e, m)],  W L = S^{-1} L - a (L^T a)^T
     for e in range(D):
         for m in range(M1):
@@ -125,7 +133,9 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad):
                 acc = 0.0
                 for k in range(K):
                     i = d * K + k
-                    wl = YT[col, i] - a[i] * la
+                    wl = -a[i] * la
+                    if logdet:
+                        wl += YT[col, i]
                     acc += phiT[m, k] * wl
                     acc_s += LT[col, i] * wl
                 Bdme = s2[e] * acc
@@ -148,7 +158,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad):
 
 
 @numba.njit(cache=True)
-def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_grad):
+def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_grad, logdet=True):
     """Negative log-likelihood and gradients for linear-in-parameter models.
 
     ``S`` is ``sum_{e, q} w_state[e] wpair[q] A[e, q] + diag I`` over noise states ``e`` and
@@ -157,6 +167,7 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     ``A[e, q]`` are stored, transposed: ``blocks[i].T`` is block ``(blk_d[i], blk_d2[i])`` of
     ``A[blk_e[i], blk_q[i]]``. ``r(p) = r0 + G p``.
     Returns ``(nll, grad_p, grad_w)`` with ``grad_w`` the gradient in ``w_state``.
+    ``logdet=False``: the quadratic form alone (no ``S^{-1}`` is formed for the gradient).
     """
     nb, K, _ = blocks.shape
     E = w_state.size
@@ -194,14 +205,19 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     ok, _, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
         return np.inf, gp, gw
+    if not logdet:
+        nll = 0.5 * np.dot(r, a)
     if not want_grad:
         return nll, gp, gw
 
-    if _lapack.potri_lower(ST.T) != 0:
-        return np.inf, gp, gw
-    for c in range(n):  # mirror: ST[c, r] (r > c) holds S^{-1}[r, c]
-        for rr in range(c + 1, n):
-            ST[rr, c] = ST[c, rr]
+    if logdet:
+        if _lapack.potri_lower(ST.T) != 0:
+            return np.inf, gp, gw
+        for c in range(n):  # mirror: ST[c, r] (r > c) holds S^{-1}[r, c]
+            for rr in range(c + 1, n):
+                ST[rr, c] = ST[c, rr]
+    else:  # W = -a a^T
+        ST[:, :] = 0.0
     # T[e, q] = <W, A[e, q]> with W = S^{-1} - a a^T, block by block
     T = np.zeros((E, P))
     for ib in range(nb):
@@ -239,10 +255,19 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
     matrices are frozen into the compiled function. With ``infer_sigma=False`` the ``sigma2``
     argument is ignored and ``lik.sigma`` is used. ``alpha`` relaxes the covariance toward a
     multiple of the identity, ``S_alpha = (1 - alpha) S + alpha * relax_scale * I`` (``S`` the
-    model's, ridge included); ``alpha = 0`` is the model's likelihood exactly.
+    model's, ridge included); ``alpha = 0`` is the model's likelihood exactly. A bias-corrected
+    likelihood (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
     """
     from pymc_wendy import _linear
 
+    corr = lik._correction
+    if corr is not None and infer_sigma:
+        raise ValueError("a bias-corrected likelihood holds sigma fixed; it cannot infer it")
+    logdet = corr is None
+    J = lik.model.n_params
+    tilt = np.zeros(J) if logdet else np.asarray(corr["tilt"], dtype=float)
+    ref = np.zeros(J) if logdet else np.asarray(corr["reference"], dtype=float)
+    offset = 0.0 if logdet else float(corr["offset"])
     form = _linear.form_for(lik, per_state=infer_sigma)
     ridge = float(lik.ridge)
     c = float(relax_scale)
@@ -267,7 +292,12 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
                 w,
                 keep * ridge + alpha * c,
                 want_grad,
+                logdet,
             )
+            if not logdet and np.isfinite(nll):
+                nll += offset - np.dot(tilt, p - ref)
+                if want_grad:
+                    gp -= tilt
             return nll, gp, gw * (keep * scale)
 
         return linear_kernel
@@ -294,6 +324,12 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
         s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
         keep = 1.0 - alpha
         scale = keep * (1.0 - ridge)
-        return general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, keep * ridge + alpha * c, want_grad)
+        diag = keep * ridge + alpha * c
+        nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, diag, want_grad, logdet)
+        if not logdet and np.isfinite(nll):
+            nll += offset - np.dot(tilt, p - ref)
+            if want_grad:
+                gp -= tilt
+        return nll, gp, gs
 
     return general_kernel

@@ -52,7 +52,7 @@ class LinearForm:
         r0, G, A = _coefficients(lik, (1.0 - lik.ridge) * np.asarray(s2, dtype=float))
         return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=lik.ridge)
 
-    def _factor(self, p: np.ndarray):
+    def _factor(self, p: np.ndarray, logdet: bool = True):
         pt = np.concatenate([[1.0], p])
         ia, ib = _pairs(p.size)
         S = np.tensordot(pt[ia] * pt[ib], self.A, axes=1)
@@ -60,21 +60,28 @@ class LinearForm:
         C = kernels.cholesky(S)
         r = self.r0 + self.G @ p
         z = sla.solve_triangular(C, r, lower=True, check_finite=False)
-        nll = 0.5 * (2.0 * np.sum(np.log(np.diag(C))) + z @ z + r.size * kernels._LOG_2PI)
+        nll = 0.5 * z @ z
+        if logdet:
+            nll += np.sum(np.log(np.diag(C))) + 0.5 * r.size * kernels._LOG_2PI
         return pt, C, z, float(nll)
 
-    def nll(self, p: np.ndarray) -> float:
-        return self._factor(p)[3]
+    def nll(self, p: np.ndarray, logdet: bool = True) -> float:
+        """Negative log-likelihood, or the quadratic form ``r' S^-1 r / 2`` alone."""
+        return self._factor(p, logdet)[3]
 
-    def nll_grad(self, p: np.ndarray) -> tuple[float, np.ndarray]:
-        pt, C, z, nll = self._factor(p)
+    def nll_grad(self, p: np.ndarray, logdet: bool = True) -> tuple[float, np.ndarray]:
+        """:meth:`nll` and its gradient in ``p``."""
+        pt, C, z, nll = self._factor(p, logdet)
         a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
-        # Trace terms need <S^{-1}, A_ab>; forming S^{-1} from the factor costs one n^3 pass,
-        # far less than J solves against n x n coefficient matrices.
-        Sinv, info = sla.lapack.dpotri(C, lower=1)
-        if info != 0:
-            raise kernels.CovarianceError("could not invert the Cholesky factor of S(p)")
-        W = np.tril(Sinv) + np.tril(Sinv, -1).T - np.outer(a, a)
+        if logdet:
+            # Trace terms need <S^{-1}, A_ab>; forming S^{-1} from the factor costs one n^3
+            # pass, far less than J solves against n x n coefficient matrices.
+            Sinv, info = sla.lapack.dpotri(C, lower=1)
+            if info != 0:
+                raise kernels.CovarianceError("could not invert the Cholesky factor of S(p)")
+            W = np.tril(Sinv) + np.tril(Sinv, -1).T - np.outer(a, a)
+        else:  # the quadratic form's trace terms need only -a a^T
+            W = -np.outer(a, a)
         n = a.size
         tr = self.A.reshape(self.A.shape[0], n * n) @ W.ravel()  # <W, A_ab>: one pass over A
         J = p.size

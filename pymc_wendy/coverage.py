@@ -17,6 +17,8 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
                     :class:`~pymc_wendy.WeakODELikelihood` (:func:`pymc_wendy.sample`).
 ``laplace``         posterior mean and equal-tailed interval of the Laplace approximation at
                     the posterior mode (:func:`pymc_wendy.laplace`).
+``mle+analytic``    a bias correction (:mod:`pymc_wendy.bias`) appended to ``mle``, ``nuts``
+                    or ``laplace`` with ``+``: ``mle+analytic-hessian``, ``nuts+profile``.
 ==================  ===========================================================================
 
 Methods sharing an estimator share one fit per data set. The Bayesian methods use the priors
@@ -73,11 +75,23 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
     """``{label: (estimator, covariance kind or None)}``, validated, in the given order."""
     if isinstance(methods, str):
         methods = [methods]
+    from pymc_wendy.bias import resolve
+
     out: dict[str, tuple[str, str | None]] = {}
     for name in methods:
         base, _, kind = str(name).strip().lower().partition("-")
+        base, plus, correction = base.partition("+")
+        if plus:
+            if base not in ("mle", *_BAYES):
+                raise ValueError(
+                    f"method {name!r}: a bias correction applies to 'mle', 'nuts' or 'laplace'"
+                )
+            correction = resolve(correction)
+            base_label = f"{base}+{correction}"
+        else:
+            base_label = base
         if base in _BAYES and not kind:
-            out[base] = (base, None)
+            out[base_label] = (base_label, None)
             continue
         if base not in _FIT_KINDS:
             raise ValueError(
@@ -90,7 +104,7 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
                 f"method {name!r}: covariance {kind!r} is not available for {base!r} "
                 f"(choose from {list(_FIT_KINDS[base])})"
             )
-        out[f"{base}-{kind}"] = (base, kind)
+        out[f"{base_label}-{kind}"] = (base_label, kind)
     if not out:
         raise ValueError("methods must name at least one method")
     return out
@@ -152,7 +166,7 @@ def _run_task(task: _Task) -> dict:
             n_points=task.n_points, noise_ratio=task.noise_ratio, seed=task.data_seed
         )
         with one_blas_thread():
-            if task.estimator in _BAYES:
+            if _split(task.estimator)[0] in _BAYES:
                 _bayes(task, data, record)
             else:
                 _frequentist(task, data, record)
@@ -167,6 +181,12 @@ def _run_task(task: _Task) -> dict:
     return _jsonable(record)
 
 
+def _split(estimator: str) -> tuple[str, str | None]:
+    """``"mle+analytic"`` -> ``("mle", "analytic")``; ``"mle"`` -> ``("mle", None)``."""
+    base, _, correction = estimator.partition("+")
+    return base, correction or None
+
+
 def _frequentist(task: _Task, data, record: dict) -> None:
     import warnings
 
@@ -176,13 +196,19 @@ def _frequentist(task: _Task, data, record: dict) -> None:
     prob = task.problem
     options = dict(task.fit_options)
     options.setdefault("bounds", prob.bounds)
+    method, correction = _split(task.estimator)
+    if correction is not None:
+        options["bias_correction"] = correction
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)  # recorded as success=False instead
-        res = fit(prob.model, data.t, data.U, method=task.estimator, noise=prob.noise, **options)
+        res = fit(prob.model, data.t, data.U, method=method, noise=prob.noise, **options)
     record["estimate"] = res.x.tolist()
     record["success"] = bool(res.success)
     record["message"] = res.message
     record["extra"] = {"nll": res.nll, "fit_time": res.wall_time, "status": res.status}
+    if res.bias_correction is not None:
+        record["extra"]["uncorrected"] = res.bias_correction.uncorrected.x.tolist()
+        record["extra"]["correction_time"] = res.bias_correction.wall_time
     for kind in task.kinds:
         try:
             record["intervals"][kind] = res.conf_int(task.level, kind).tolist()
@@ -216,14 +242,37 @@ def _bayes(task: _Task, data, record: dict) -> None:
     from pymc_wendy.sampling import laplace, sample
 
     prob = task.problem
+    method, correction = _split(task.estimator)
+    if correction is not None:  # the corrected objective, fitted like the frequentist study
+        import warnings
+
+        from pymc_wendy.estimators import fit
+        from pymc_wendy.results import FitWarning
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FitWarning)
+            correction = fit(
+                prob.model,
+                data.t,
+                data.U,
+                bounds=prob.bounds,
+                noise=prob.noise,
+                bias_correction=correction,
+            )
     with pm.Model(coords={"param": list(prob.params)}) as model:
         p = default_priors(prob)("p")
         WeakODELikelihood(
-            "U", ode=prob.model, params=p, t=data.t, observed=data.U, noise=prob.noise
+            "U",
+            ode=prob.model,
+            params=p,
+            t=data.t,
+            observed=data.U,
+            noise=prob.noise,
+            bias_correction=correction,
         )
     opts = dict(task.sample_options)
     seed = opts.pop("random_seed", task.data_seed)
-    if task.estimator == "nuts":
+    if method == "nuts":
         kwargs = {"tune": 1000, "chains": 2, "cores": 1, "progressbar": False, **opts}
         idata = sample(model=model, random_seed=seed, **kwargs)
         draws = idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
@@ -454,7 +503,7 @@ def run_coverage(
         raise ValueError(f"level must be in (0, 1); got {level}")
     fit_options = dict(fit_options or {})
     sample_options = dict(sample_options or {})
-    bad = {"method", "noise"} & set(fit_options)
+    bad = {"method", "noise", "bias_correction"} & set(fit_options)
     if bad:
         raise ValueError(f"fit_options must not set {sorted(bad)}: the study chooses them")
 
@@ -491,7 +540,8 @@ def run_coverage(
     for t in tasks:
         have = tuple(done[t.key]["intervals"]) if t.key in done else ()
         if t.key not in done or set(t.kinds) - set(have):
-            kinds = tuple(dict.fromkeys(have + t.kinds)) if t.estimator not in _BAYES else ()
+            bayes = _split(t.estimator)[0] in _BAYES
+            kinds = () if bayes else tuple(dict.fromkeys(have + t.kinds))
             pending.append(dataclasses.replace(t, kinds=kinds))
     records = {t.key: done[t.key] for t in tasks if t.key in done}
 
@@ -623,11 +673,11 @@ def open_coverage(store: str | os.PathLike, problem: str | Problem | None = None
     labels: dict[str, tuple[str, str | None]] = {}
     for rec in records.values():
         base = rec["estimator"]
-        if base in _BAYES:
+        if _split(base)[0] in _BAYES:
             labels.setdefault(base, (base, None))
             continue
         # a run that failed before its intervals names none; the estimator's default then
-        for kind in rec["intervals"] or [_FIT_KINDS[base][0]]:
+        for kind in rec["intervals"] or [_FIT_KINDS[_split(base)[0]][0]]:
             labels.setdefault(f"{base}-{kind}", (base, kind))
     noise_ratios = sorted({float(r["noise_ratio"]) for r in records.values()})
     n_points = sorted({int(r["n_points"]) for r in records.values()})

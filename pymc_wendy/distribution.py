@@ -160,6 +160,13 @@ class WeakODELikelihood(Distribution):
     solver : dict, optional
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
         :data:`DEFAULT_SOLVER`.
+    bias_correction : None, {"auto", "analytic", "profile"}, or FitResult
+        Replace the weak likelihood by the bias-corrected objective of :mod:`pymc_wendy.bias`
+        (``docs/bias.md``), so that NUTS, ``find_MAP``, SMC and :func:`sample_sft` see it. A
+        name runs ``pymc_wendy.fit(..., bias_correction=name)`` on the data (default start and
+        no bounds; for models nonlinear in the parameters pass a ready fit instead); a
+        bias-corrected :class:`FitResult` of these data is used as it is. Needs ``sigma``
+        fixed (``None`` or numbers): the corrected objective has no normaliser in ``sigma``.
     **kwargs
         ``dims``, ``rng`` and the other arguments of :class:`pymc.Distribution`.
     """
@@ -182,6 +189,7 @@ class WeakODELikelihood(Distribution):
         linear: str = "auto",
         max_precompute_bytes: int = 256 * 2**20,
         solver: Mapping | None = None,
+        bias_correction=None,
         **kwargs,
     ):
         if observed is None:
@@ -200,6 +208,14 @@ class WeakODELikelihood(Distribution):
         likelihood = _likelihood(
             ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes
         )
+        if bias_correction is not None:
+            if _is_symbolic(sigma):
+                raise ValueError(
+                    "bias_correction needs a fixed noise level (sigma=None or numbers): the "
+                    "corrected objective has no normaliser in sigma, so sigma cannot be a "
+                    "random variable"
+                )
+            likelihood = _corrected(likelihood, bias_correction)
         rv = super().__new__(
             cls,
             name,
@@ -284,6 +300,37 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
         linear=linear,
         max_precompute_bytes=budget,
     )
+
+
+def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:
+    """The bias-corrected objective for ``lik`` from a method name or a corrected fit."""
+    from pymc_wendy.estimators import fit
+    from pymc_wendy.results import FitResult
+
+    if isinstance(bias_correction, FitResult):
+        res = bias_correction
+        if res.bias_correction is None:
+            raise ValueError("bias_correction: the FitResult given is not bias-corrected")
+        clik = res.likelihood
+        same = (
+            clik.U.shape == lik.U.shape
+            and np.array_equal(clik.U, lik.U)
+            and np.array_equal(clik.t, lik.t)
+            and clik.noise == lik.noise
+        )
+        if not same:
+            raise ValueError(
+                "bias_correction: the FitResult was fitted to other data (t, observed or "
+                "noise differ)"
+            )
+        if not np.allclose(clik.sigma, lik.sigma, rtol=1e-12, atol=0.0):
+            raise ValueError(
+                f"bias_correction: the fit used sigma {clik.sigma}, this likelihood "
+                f"{lik.sigma}; pass the same sigma (or None for both)"
+            )
+        return clik
+    res = fit(lik, bias_correction=bias_correction)
+    return res.likelihood
 
 
 def _static_shape(shape) -> tuple[int, ...] | None:

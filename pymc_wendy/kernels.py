@@ -113,6 +113,12 @@ class Evaluation:
     C: np.ndarray  # (n, n) lower Cholesky factor of S
     a: np.ndarray  # (n,) S^{-1} r
     nll: float
+    logdet: float  # log det S
+
+    @property
+    def quadratic(self) -> float:
+        """The quadratic form ``r' S^-1 r / 2``."""
+        return 0.5 * float(self.r @ self.a)
 
 
 def evaluate(
@@ -144,7 +150,7 @@ def evaluate(
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
     logdet = 2.0 * np.sum(np.log(np.diag(C)))
     nll = 0.5 * (logdet + z @ z + n * _LOG_2PI)
-    return Evaluation(r=r, L=L, s2=s2, C=C, a=a, nll=float(nll))
+    return Evaluation(r=r, L=L, s2=s2, C=C, a=a, nll=float(nll), logdet=float(logdet))
 
 
 def gradient_parts(
@@ -193,8 +199,14 @@ def hessian(
     Jpp: np.ndarray,
     Jupp: np.ndarray,
     B: np.ndarray,
+    logdet: bool = True,
 ) -> np.ndarray:
     """Hessian of the negative log-likelihood with respect to ``p`` (see module doc).
+
+    ``logdet=False`` (with ``B`` from ``gradient_parts(..., logdet=False)``) gives the
+    Hessian of the quadratic form ``r' S^-1 r / 2`` alone: the terms
+    ``-1/2 tr(S^-1 S_i S^-1 S_j)`` and ``tr(S^-1 L_i Sigma' L_j^T)`` belong to the
+    log-determinant and are dropped.
 
     ``dL/dp_i`` has a non-zero column block only for the states ``e`` with some
     ``d2f/(du_e dp_i) != 0``; the triangular solves and products run over those blocks only,
@@ -231,13 +243,15 @@ def hessian(
         X.append(blocks)
     V -= L2 @ (c * ev.s2[None, :, None]).reshape(J, D * M1).T
     XX = np.zeros((J, J))
-    for i in range(J):
-        for j in range(i + 1):
-            common = X[i].keys() & X[j].keys()
-            XX[i, j] = XX[j, i] = sum(np.vdot(X[i][e], X[j][e]) for e in common)
-    Pf = P.reshape(J, -1)
-    PT = P.transpose(0, 2, 1).reshape(J, -1)
-    tr_SiSj = 2.0 * (Pf @ PT.T + Pf @ Pf.T)
+    tr_SiSj = np.zeros((J, J))
+    if logdet:
+        for i in range(J):
+            for j in range(i + 1):
+                common = X[i].keys() & X[j].keys()
+                XX[i, j] = XX[j, i] = sum(np.vdot(X[i][e], X[j][e]) for e in common)
+        Pf = P.reshape(J, -1)
+        PT = P.transpose(0, 2, 1).reshape(J, -1)
+        tr_SiSj = 2.0 * (Pf @ PT.T + Pf @ Pf.T)
     Wv = _tri(ev.C, V)
     Rpp = np.einsum("km,mdij->dkij", phi, Jpp, optimize=True).reshape(n, J, J)
     cs = (c * ev.s2[None, :, None]).reshape(J, -1)
@@ -255,3 +269,49 @@ def hessian(
 def whiten(ev: Evaluation) -> np.ndarray:
     """Whitened residual ``C^{-1} r`` (standard normal at the truth if the model holds)."""
     return _tri(ev.C, ev.r)
+
+
+def quadratic_score_mean(
+    ev: Evaluation, phi: np.ndarray, Jp: np.ndarray, Juu: np.ndarray
+) -> np.ndarray:
+    r"""Second-order mean of the quadratic form's score under the data noise, shape (J,).
+
+    With ``Q(p) = r' S^-1 r / 2`` evaluated on data ``U = U* + eps``, ``eps`` rows i.i.d.
+    ``N(0, Sigma)``, and ``r(p; U*) = 0``, the expectation of the score ``grad Q`` is, to
+    order ``sigma^0`` (the order that makes the estimator's ``O(sigma^2)`` bias)::
+
+        c_j = w_j' m  -  E[w_j' dS w_eps]  (the two terms that survive)
+
+        w_j   = S^-1 dr/dp_j
+        m     = E r(U* + eps) - r(U*) = 1/2 Phi sum_e sigma_e^2 d2f/du_e^2   (curvature of f)
+        dS    = dL Sigma L' + L Sigma dL',  dL = Phi d2f/du du . eps   (S on noisy data)
+        w_eps = S^-1 L eps
+
+    The cross terms ``E[(dL_j eps)' S^-1 L eps]`` (noise in ``dr/dp``) and
+    ``-1/2 E[(L eps)' S^-1 dS_j S^-1 L eps]`` (the ``dS/dp`` term) cancel exactly when
+    ``S = L Sigma L'``, which is why the quadratic form has no log-determinant bias. ``ev`` is
+    the evaluation at the data (its ``U`` stands in for ``U*``, an error of relative order
+    ``sigma``); ``Juu`` is ``d2f/du2`` of shape (M+1, D, D, D) ``[m, d, e, e']``.
+    """
+    D, K, _, M1 = ev.L.shape
+    n = K * D
+    s2 = ev.s2
+    L2 = ev.L.reshape(n, D * M1)
+    G = dr_dp(phi, Jp)
+    w = _solve(ev.C, G).reshape(D, K, -1)  # S^-1 dr/dp, (D, K, J)
+    omega = np.einsum("km,dkj->dmj", phi, w, optimize=True)  # Phi' w per state
+    # mean of the residual at noisy data: 1/2 Phi sum_e sigma_e^2 f_uu[d, e, e]
+    lap = np.einsum("mdee,e->md", Juu, s2, optimize=True)
+    t_mean = 0.5 * np.einsum("dmj,md->j", omega, lap, optimize=True)
+    # E[w' dL Sigma L' S^-1 L eps]: dL couples eps at time m only, so only the diagonal
+    # (e, e') blocks at equal times of Sigma L' S^-1 L Sigma are needed
+    X = _tri(ev.C, L2).reshape(n, D, M1)
+    P = np.einsum("rem,rfm->mef", X, X, optimize=True) * np.outer(s2, s2)[None]
+    A = np.einsum("dmj,mdef->mefj", omega, Juu, optimize=True)
+    t_left = np.einsum("mefj,mef->j", A, P, optimize=True)
+    # E[w' L Sigma dL' S^-1 L eps]
+    v = np.einsum("dkem,dkj->emj", ev.L, w, optimize=True) * s2[:, None, None]
+    SiL = _solve(ev.C, L2).reshape(D, K, D, M1)
+    Z = np.einsum("km,dkfm->dmf", phi, SiL, optimize=True) * s2[None, None, :]
+    t_right = np.einsum("mdef,emj,dmf->j", Juu, v, Z, optimize=True)
+    return t_mean - t_left - t_right

@@ -9,6 +9,7 @@ estimator covariances at a point estimate.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -99,6 +100,7 @@ class WeakLikelihood:
         self._linear_mode = linear
         self._max_precompute = max_precompute_bytes
         self._linear_cache: _linear.LinearForm | None = None
+        self._correction: dict | None = None
 
     # --- set-up --------------------------------------------------------------------------
     def _test_functions(self, spec) -> TestFunctions:
@@ -165,8 +167,64 @@ class WeakLikelihood:
             f"WeakLikelihood({self.model.name!r}, noise={self.noise!r}, M+1={self.t.size}, "
             f"D={self.model.n_states}, J={self.model.n_params}, K={self.K}, "
             f"sigma={np.array2string(self.sigma, precision=3)}"
-            f"{' (estimated)' if self.sigma_estimated else ''})"
+            f"{' (estimated)' if self.sigma_estimated else ''}"
+            f"{'' if self._correction is None else ', bias-corrected: ' + self.correction_method})"
         )
+
+    # --- bias correction -------------------------------------------------------------------
+    def corrected(self, method: str, tilt, reference) -> WeakLikelihood:
+        """A copy whose objective is the bias-corrected weak quasi-likelihood.
+
+        The copy's :meth:`nll` (and gradient, Hessian, ``parameter_covariance(method=
+        "hessian")``, and the pytensor Op built on it) is
+
+            l_c(p) = r' S(p)^-1 r / 2 - tilt' (p - reference) + l_0,
+
+        the quadratic form without the log-determinant, tilted by the constant ``tilt`` (the
+        estimated mean of its score, :func:`pymc_wendy.bias.score_mean`), with
+        ``l_0 = (log det S(reference) + n log 2 pi) / 2`` so that ``l_c`` and ``l`` agree at
+        ``reference``. The noise level is held at ``sigma``. Built by
+        :func:`pymc_wendy.bias.corrected_likelihood`; see ``docs/bias.md``.
+        """
+        if self._correction is not None:
+            raise ValueError("this likelihood is already bias-corrected")
+        J = self.model.n_params
+        tilt = np.array(tilt, dtype=float).reshape(-1)
+        if tilt.shape != (J,) or not np.all(np.isfinite(tilt)):
+            raise ValueError(f"tilt must be {J} finite values; got {tilt}")
+        reference = self._p(reference).copy()
+        ev = self._evaluation(reference, self.sigma**2)
+        new = copy.copy(self)
+        new._correction = {
+            "method": str(method),
+            "tilt": tilt,
+            "reference": reference,
+            "offset": 0.5 * (ev.logdet + self.n_residuals * kernels._LOG_2PI),
+        }
+        return new
+
+    @property
+    def correction_method(self) -> str | None:
+        """The bias correction this objective carries (:meth:`corrected`), or None."""
+        return None if self._correction is None else self._correction["method"]
+
+    @property
+    def tilt(self) -> np.ndarray | None:
+        """The constant subtracted from the score by :meth:`corrected`, or None."""
+        return None if self._correction is None else self._correction["tilt"].copy()
+
+    def _tilted(self, p: np.ndarray, value: float, grad: np.ndarray | None = None):
+        c = self._correction
+        value = value - c["tilt"] @ (p - c["reference"]) + c["offset"]
+        return value if grad is None else (value, grad - c["tilt"])
+
+    def _fixed_noise(self, sigma, what: str) -> None:
+        if self._correction is not None and sigma is not None:
+            if not np.allclose(self.check_sigma(sigma), self.sigma, rtol=1e-12, atol=0.0):
+                raise ValueError(
+                    f"{what}: a bias-corrected likelihood holds the noise level at the "
+                    "sigma it was built with (its quadratic form has no normaliser in sigma)"
+                )
 
     # --- evaluation ------------------------------------------------------------------------
     def _p(self, p) -> np.ndarray:
@@ -220,30 +278,44 @@ class WeakLikelihood:
 
     @single_blas_thread
     def nll(self, p, sigma=None) -> float:
-        """Negative log-likelihood ``l(p)`` (WENDy-MLE eq. 6)."""
+        """Negative log-likelihood ``l(p)`` (WENDy-MLE eq. 6); ``l_c`` if :meth:`corrected`."""
         p = self._p(p)
+        self._fixed_noise(sigma, "nll")
         s2 = self._s2(sigma)
+        logdet = self._correction is None
         lin = self._linear_form(s2)
         if lin is not None:
-            return lin.nll(p)
-        return self._evaluation(p, s2).nll
+            value = lin.nll(p, logdet)
+        else:
+            ev = self._evaluation(p, s2)
+            value = ev.nll if logdet else ev.quadratic
+        return value if logdet else self._tilted(p, value)
 
     @single_blas_thread
     def nll_grad(self, p, sigma=None) -> tuple[float, np.ndarray]:
         """Negative log-likelihood and its gradient with respect to ``p``."""
         p = self._p(p)
+        self._fixed_noise(sigma, "nll_grad")
         s2 = self._s2(sigma)
+        logdet = self._correction is None
         lin = self._linear_form(s2)
         if lin is not None:
-            return lin.nll_grad(p)
-        ev = self._evaluation(p, s2)
-        Jp, Jup = self._derivs(p, "f_p", "f_up")
-        g, _, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
-        return ev.nll, g
+            value, g = lin.nll_grad(p, logdet)
+        else:
+            ev = self._evaluation(p, s2)
+            Jp, Jup = self._derivs(p, "f_p", "f_up")
+            g, _, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet)
+            value = ev.nll if logdet else ev.quadratic
+        return (value, g) if logdet else self._tilted(p, value, g)
 
     @single_blas_thread
     def nll_grad_sigma2(self, p, sigma=None) -> tuple[float, np.ndarray, np.ndarray]:
         """Value, gradient in ``p`` and gradient in the per-state noise variances ``sigma**2``."""
+        if self._correction is not None:
+            raise ValueError(
+                "a bias-corrected likelihood holds the noise level fixed; it has no gradient "
+                "in sigma (its quadratic form has no normaliser in sigma)"
+            )
         p = self._p(p)
         ev = self._evaluation(p, self._s2(sigma))
         Jp, Jup = self._derivs(p, "f_p", "f_up")
@@ -252,12 +324,18 @@ class WeakLikelihood:
 
     @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:
-        """Hessian of the negative log-likelihood with respect to ``p`` (WENDy-MLE eq. 8)."""
+        """Hessian of the negative log-likelihood with respect to ``p`` (WENDy-MLE eq. 8).
+
+        For a :meth:`corrected` likelihood, the Hessian of ``l_c`` (that of the quadratic
+        form; the tilt is linear).
+        """
         p = self._p(p)
+        self._fixed_noise(sigma, "hessian")
+        logdet = self._correction is None
         ev = self._evaluation(p, self._s2(sigma))
         Jp, Jup, Jpp, Jupp = self._derivs(p, "f_p", "f_up", "f_pp", "f_upp")
-        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
-        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B)
+        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet)
+        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet)
 
     @single_blas_thread
     def whitened_residual(self, p, sigma=None) -> np.ndarray:

@@ -7,6 +7,7 @@ likelihood, its gradient and its Hessian use::
 
     f        (n, D)          f_d(p, u_m, t_m)
     f_u      (n, D, D)       df_d/du_e
+    f_uu     (n, D, D, D)    d2f_d/(du_e du_e')
     f_p      (n, D, J)       df_d/dp_j
     f_up     (n, D, D, J)    d2f_d/(du_e dp_j)
     f_pp     (n, D, J, J)    d2f_d/(dp_i dp_j)
@@ -341,6 +342,9 @@ class ODEModel:
         F = sp.Array(self.expressions)
         u, p = self._u, self._p
         f_u = sp.derive_by_array(F, u).transpose()  # (D, D): [d, e]
+        f_uu = sp.Array(
+            [[[sp.diff(f_u[d, e], v) for v in u] for e in range(len(u))] for d in range(len(u))]
+        )
         f_p = sp.derive_by_array(F, p).transpose()  # (D, J)
         f_up = sp.Array(
             [[[sp.diff(f_u[d, e], pj) for pj in p] for e in range(len(u))] for d in range(len(u))]
@@ -357,7 +361,15 @@ class ODEModel:
                 for d in range(len(u))
             ]
         )
-        return {"f": F, "f_u": f_u, "f_p": f_p, "f_up": f_up, "f_pp": f_pp, "f_upp": f_upp}
+        return {
+            "f": F,
+            "f_u": f_u,
+            "f_uu": f_uu,
+            "f_p": f_p,
+            "f_up": f_up,
+            "f_pp": f_pp,
+            "f_upp": f_upp,
+        }
 
     @cached_property
     def is_linear_in_params(self) -> bool:
@@ -387,7 +399,8 @@ class ODEModel:
     def numba_function(self, which: str) -> Callable:
         """A numba-compiled ``fn(t, U, p, out)`` filling ``out`` (zeroed, shape (n, ...)).
 
-        ``which`` is one of ``"f", "f_u", "f_p", "f_up", "f_pp", "f_upp"`` (see :meth:`evaluate`);
+        ``which`` is one of ``"f", "f_u", "f_uu", "f_p", "f_up", "f_pp", "f_upp"`` (see
+        :meth:`evaluate`);
         ``out`` must be zero-initialised because structurally zero entries are not written.
         """
         if which not in self._jacobians:
@@ -399,6 +412,7 @@ class ODEModel:
         return {
             "f": (D,),
             "f_u": (D, D),
+            "f_uu": (D, D, D),
             "f_p": (D, J),
             "f_up": (D, D, J),
             "f_pp": (D, J, J),

@@ -177,8 +177,12 @@ def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
     # (1 - ridge) (keep s2) is the relaxed rung's scaled noise; its diagonal adds alpha c
     diag = keep * lik.ridge + alpha * c
     ev = kernels.evaluate(lik.phi, lik.dphi, lik.b, F, Ju, keep * s2, lik.ridge, diag)
-    gp, gs, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge)
-    return ev.nll, gp, keep * gs
+    logdet = lik.correction_method is None
+    gp, gs, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge, logdet)
+    if logdet:
+        return ev.nll, gp, keep * gs
+    value, gp = lik._tilted(np.asarray(p, dtype=float), ev.quadratic, gp)
+    return value, gp, keep * gs
 
 
 def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:

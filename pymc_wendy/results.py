@@ -36,7 +36,7 @@ from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
 
-__all__ = ["FitResult", "FitWarning"]
+__all__ = ["BiasCorrection", "FitResult", "FitWarning"]
 
 CovarianceKind = Literal["sandwich", "gls", "hessian", "oe"]
 _WEAK_KINDS = ("sandwich", "gls", "hessian")
@@ -44,6 +44,54 @@ _WEAK_KINDS = ("sandwich", "gls", "hessian")
 
 class FitWarning(RuntimeWarning):
     """An estimator stopped without meeting its convergence criteria."""
+
+
+@dataclass(eq=False)
+class BiasCorrection:
+    """What ``fit(..., bias_correction=...)`` did (:mod:`pymc_wendy.bias`, ``docs/bias.md``).
+
+    Attributes
+    ----------
+    method : str
+        ``"profile"`` or ``"analytic"``.
+    uncorrected : FitResult
+        The WENDy-MLE fit the correction started from, with its own covariances and
+        intervals (``uncorrected.conf_int()``).
+    shift : ndarray, shape (J,)
+        Corrected minus uncorrected estimate.
+    tilt : ndarray, shape (J,)
+        The estimated score mean subtracted from the quadratic form's score (zeros for
+        ``"profile"``).
+    reference : ndarray, shape (J,)
+        Where the tilt was evaluated.
+    stages : dict
+        The estimate after each stage (``"profile"``, then ``"analytic"``).
+    nit, nfev : int
+        Newton iterations and evaluations the correction added.
+    wall_time : float
+        Seconds the correction added to the uncorrected fit.
+    """
+
+    method: str
+    uncorrected: FitResult
+    shift: np.ndarray
+    tilt: np.ndarray
+    reference: np.ndarray
+    stages: dict[str, np.ndarray]
+    nit: int
+    nfev: int
+    wall_time: float
+
+    def shift_in_stderr(self) -> np.ndarray:
+        """The shift in units of the uncorrected fit's standard errors."""
+        return self.shift / self.uncorrected.stderr
+
+    def __repr__(self) -> str:
+        np_ = np.array2string(self.shift_in_stderr(), precision=2)
+        return (
+            f"BiasCorrection({self.method!r}, shift in uncorrected standard errors {np_}, "
+            f"{self.wall_time:.3g} s)"
+        )
 
 
 @dataclass(eq=False)
@@ -95,6 +143,10 @@ class FitResult:
     history : dict
         Method-specific record: IRLS iterates and Shapiro-Wilk p-values, the starts of a
         multi-start fit and their NLLs, or the stages of the hybrid method.
+    bias_correction : BiasCorrection or None
+        Set when the fit was bias-corrected: the estimate, covariances and intervals are then
+        the corrected estimator's (the inverse Hessian of the corrected objective,
+        ``likelihood``), and this record keeps the uncorrected fit.
     """
 
     x: np.ndarray
@@ -117,6 +169,7 @@ class FitResult:
     likelihood: WeakLikelihood | None = None
     u0: np.ndarray | None = None
     history: dict[str, Any] = field(default_factory=dict)
+    bias_correction: BiasCorrection | None = None
     _oe_covariance: np.ndarray | None = field(default=None, repr=False)
     _cov_cache: dict = field(default_factory=dict, repr=False)
 
@@ -137,8 +190,9 @@ class FitResult:
 
     def __repr__(self) -> str:
         width = max(len(n) for n in self.param_names)
+        corrected = "" if self.bias_correction is None else f", {self.bias_correction.method}"
         lines = [
-            f"FitResult ({self.method}, {self.model.name}): {self.message}",
+            f"FitResult ({self.method}{corrected}, {self.model.name}): {self.message}",
             f"  success: {self.success}   status: {self.status}   nit: {self.nit}   "
             f"nfev: {self.nfev}   wall time: {self.wall_time:.3g} s",
             f"  nll: {self.nll if self.nll is None else f'{self.nll:.6g}'}   "
@@ -213,7 +267,8 @@ class FitResult:
         """A table (pandas DataFrame) indexed by parameter name.
 
         Columns ``estimate``, ``std_err``, ``ci_lower``, ``ci_upper`` (at ``level``); with
-        ``truth`` also ``true`` and ``covered``.
+        ``truth`` also ``true`` and ``covered``. A bias-corrected fit adds ``uncorrected``
+        (the WENDy-MLE estimate) and ``shift_se`` (the correction in its standard errors).
         """
         import pandas as pd
 
@@ -223,6 +278,12 @@ class FitResult:
             {"estimate": self.x, "std_err": se, "ci_lower": ci[:, 0], "ci_upper": ci[:, 1]},
             index=pd.Index(self.param_names, name="param"),
         )
+        if self.bias_correction is not None:
+            table["uncorrected"] = self.bias_correction.uncorrected.x
+            try:
+                table["shift_se"] = self.bias_correction.shift_in_stderr()
+            except (WeakLikelihoodError, ValueError):
+                table["shift_se"] = np.nan
         if truth is not None:
             truth = np.asarray(truth, dtype=float)
             if truth.shape != self.x.shape:
@@ -283,6 +344,9 @@ class FitResult:
                 "sigma_estimated": int(self.sigma_estimated),
                 "level": level,
                 "default_kind": self.covariance_kind,
+                "bias_correction": (
+                    "none" if self.bias_correction is None else self.bias_correction.method
+                ),
             },
         )
         if self.u0 is not None:

@@ -47,6 +47,9 @@ __all__ = ["initial_values", "laplace", "sample"]
 def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
     """WENDy-MLE starting values for the free variables behind each weak likelihood.
 
+    For a bias-corrected :class:`~pymc_wendy.WeakODELikelihood` the minimum of its corrected
+    objective (the bias-corrected estimate) is used instead.
+
     For every :class:`~pymc_wendy.WeakODELikelihood` whose ``params`` is a free vector variable
     or a list of free scalar variables, the WENDy-MLE (weak least squares, then trust-region
     Newton, started from the model's initial point) is mapped onto them; a free ``sigma``
@@ -80,8 +83,12 @@ def _values_for(model: pm.Model, lik, params, sigma) -> dict[str, np.ndarray]:
     if not targets:
         return {}
     try:
-        guess = _initial_params(model, _params_vector(params, lik.base_model))
-        p_hat = wendy_mle(lik, weak_least_squares(lik, guess)).x
+        if lik.correction_method is not None:  # the corrected objective, from its reference
+            start = lik._correction["reference"]
+        else:
+            guess = _initial_params(model, _params_vector(params, lik.base_model))
+            start = weak_least_squares(lik, guess)
+        p_hat = wendy_mle(lik, start).x
         ok = np.isfinite(lik.nll(p_hat))
     except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
         ok = False

@@ -60,9 +60,10 @@ class LinearForm:
         C = kernels.cholesky(S)
         r = self.r0 + self.G @ p
         z = sla.solve_triangular(C, r, lower=True, check_finite=False)
-        nll = 0.5 * z @ z
         if logdet:
-            nll += np.sum(np.log(np.diag(C))) + 0.5 * r.size * kernels._LOG_2PI
+            nll = 0.5 * (2.0 * np.sum(np.log(np.diag(C))) + z @ z + r.size * kernels._LOG_2PI)
+        else:
+            nll = 0.5 * (z @ z)
         return pt, C, z, float(nll)
 
     def nll(self, p: np.ndarray, logdet: bool = True) -> float:

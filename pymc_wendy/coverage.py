@@ -207,8 +207,10 @@ def _frequentist(task: _Task, data, record: dict) -> None:
     record["message"] = res.message
     record["extra"] = {"nll": res.nll, "fit_time": res.wall_time, "status": res.status}
     if res.bias_correction is not None:
-        record["extra"]["uncorrected"] = res.bias_correction.uncorrected.x.tolist()
-        record["extra"]["correction_time"] = res.bias_correction.wall_time
+        bc = res.bias_correction
+        record["extra"]["uncorrected"] = bc.uncorrected.x.tolist()
+        record["extra"]["stages"] = {k: v.tolist() for k, v in bc.stages.items()}
+        record["extra"]["correction_time"] = bc.wall_time
     for kind in task.kinds:
         try:
             record["intervals"][kind] = res.conf_int(task.level, kind).tolist()

@@ -7,7 +7,7 @@ The data flow is one way: an :class:`ODEModel` and data -> test functions
 estimators (:func:`fit`) and samplers.
 """
 
-from pymc_wendy import coverage
+from pymc_wendy import bias, coverage
 from pymc_wendy.coverage import open_coverage, run_coverage
 from pymc_wendy.distribution import WeakODELikelihood
 from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
@@ -28,7 +28,7 @@ from pymc_wendy.problems import (
     simulate,
     solve,
 )
-from pymc_wendy.results import FitResult, FitWarning
+from pymc_wendy.results import BiasCorrection, FitResult, FitWarning
 from pymc_wendy.sampling import initial_values, laplace, sample
 from pymc_wendy.tempering import SFTWarning, sample_sft
 from pymc_wendy.test_functions import TestFunctions, build_test_functions
@@ -37,6 +37,7 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "PROBLEMS",
+    "BiasCorrection",
     "CovarianceError",
     "FitResult",
     "FitWarning",
@@ -52,6 +53,7 @@ __all__ = [
     "WeakLikelihoodError",
     "WeakLogLikelihoodOp",
     "WeakODELikelihood",
+    "bias",
     "build_test_functions",
     "coverage",
     "estimate_initial_state",

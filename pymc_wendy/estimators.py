@@ -436,26 +436,39 @@ def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
     return p
 
 
+#: Points of the scrambled Sobol design screened for a start when a model is nonlinear in its
+#: parameters (``docs/estimators.md``: on Goodwin 2D the box's centre led to a local minimum).
+_SCREEN_STARTS = 16
+
+
 def _default_start(lik: WeakLikelihood | None, model: ODEModel, bounds) -> np.ndarray:
-    """Weak least squares for linear-in-parameter models; otherwise the centre of the box
-    refined by weak least squares when that stays inside the box."""
+    """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
+    least squares from the box's centre and a Sobol design in the box."""
     if model.is_linear_in_params and lik is not None:
         p = weak_least_squares(lik)
         return p if bounds is None else np.clip(p, *bounds)
     if bounds is None:
         raise ValueError(
             f"{model.name} is nonlinear in its parameters: give a starting point p0, or "
-            "bounds (then the search starts from their centre)"
+            "bounds (then the search starts from the best of weak least squares fits "
+            "started in them)"
         )
-    centre = 0.5 * (bounds[0] + bounds[1])
-    if lik is None:
+    lo, hi = bounds
+    centre = 0.5 * (lo + hi)
+    if lik is None or not np.all(np.isfinite(centre)):
         return centre
-    try:
-        p = weak_least_squares(lik, centre)
-    except (WeakLikelihoodError, np.linalg.LinAlgError):
-        return centre
-    inside = np.all(np.isfinite(p)) and np.all((p >= bounds[0]) & (p <= bounds[1]))
-    return p if inside else centre
+    design = stats.qmc.Sobol(lo.size, seed=0).random(_SCREEN_STARTS)
+    best, best_rss = centre, np.inf
+    for s in (centre, *stats.qmc.scale(design, lo, hi)):
+        try:
+            p = _wls_bounded(lik, s, bounds, 20)[0]
+            r = lik.residual(p)
+        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+            continue
+        rss = float(r @ r)
+        if np.isfinite(rss) and rss < best_rss:
+            best, best_rss = p, rss
+    return best
 
 
 def _starts(first: np.ndarray, n_starts: int, bounds, seed) -> list[np.ndarray]:

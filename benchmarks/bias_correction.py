@@ -6,13 +6,15 @@ noise; Goodwin 2D at 513 points and 5 %), seeded like the validation study (seed
 513-point data sets are those of ``docs/validation.md``). Methods per data set: WENDy-MLE with
 its inverse-Hessian interval (``mle-hessian``) and the bias-corrected estimator with the inverse
 Hessian of its objective (``mle+analytic-hessian``; the profile stage's estimate is kept in
-each record). ``--nuts`` adds the corrected posterior (``nuts+analytic``).
+each record). ``--nuts`` adds the corrected posterior (``nuts+analytic``); ``--forward`` adds
+output error started at WENDy-MLE (``hybrid-oe``), the forward-solve estimate each of the
+others is compared with.
 
 Finished runs are kept in ``benchmarks/results/bias_correction/<problem>/runs.jsonl``
 (committed; rerunning does only what is missing, and more data sets extend a study).
 
 Run:  python benchmarks/bias_correction.py [--problems a,b] [--datasets N] [--workers W]
-      [--nuts] [--report-only] [--markdown]
+      [--nuts] [--forward] [--report-only] [--markdown]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from scipy import stats
 
 import pymc_wendy as pw
 from pymc_wendy.coverage import summarize
@@ -34,6 +37,7 @@ SETTINGS = {  # problem: (noise ratios, numbers of points)
     "goodwin_2d": ([0.05], [513]),
 }
 METHODS = ["mle-hessian", "mle+analytic-hessian"]
+FORWARD = "hybrid-oe"  # the forward-solve reference of --forward
 SAMPLE_OPTIONS = {"draws": 500, "tune": 500, "chains": 2}  # as the validation study
 # Goodwin 2D's library bounds (the paper's) put p2* = 1 on its lower bound, where no interval
 # centred on a clipped estimate can be judged; the study lowers that bound to 0.5.
@@ -84,6 +88,40 @@ def report(problem: str, ds) -> None:
                 )
 
 
+def forward_agreement(ds) -> None:
+    """Each estimate's distance from the forward-solve estimate on the same data set.
+
+    The reference is output error started at WENDy-MLE (``hybrid-oe``; data sets where the
+    hybrid fell back to WENDy-MLE are left out), the distance is in the reference's standard
+    errors: a systematic offset shows as a mean, the two estimators' data-set-to-data-set
+    disagreement as the sd.
+    """
+    if FORWARD not in ds.estimator.values:
+        return
+    ref = ds.sel(estimator=FORWARD)
+    se = (ref.interval.sel(bound="upper") - ref.interval.sel(bound="lower")) / (
+        2 * stats.norm.ppf(0.975)
+    )
+    kept = ref.message.str.startswith("output error kept")
+    print("\nDistance from the forward-solve (output-error) estimate, in its standard errors")
+    for n in ds.n_points.values:
+        for nr in ds.noise_ratio.values:
+            ok = kept.sel(noise_ratio=nr, n_points=n)
+            print(f"  {n} pts nr={nr}: output error kept on {int(ok.sum())} data sets")
+            for est in ds.estimator.values:
+                if est == FORWARD:
+                    continue
+                d = (ds.estimate.sel(estimator=est) - ref.estimate) / se
+                d = d.sel(noise_ratio=nr, n_points=n).where(ok).dropna("dataset", how="all")
+                if d.sizes["dataset"] == 0:
+                    continue
+                cells = " ".join(
+                    f"{float(m):+.2f}/{float(v):.2f}"
+                    for m, v in zip(d.mean("dataset"), d.std("dataset"), strict=True)
+                )
+                print(f"    {est:<21} n={d.sizes['dataset']:<4} mean/sd [{cells}]")
+
+
 def markdown(problem: str, ds) -> None:
     """The tables of ``docs/bias.md`` for one problem."""
     s = summarize(ds)
@@ -115,18 +153,23 @@ def main(argv=None) -> None:
     ap.add_argument("--datasets", type=int, default=100)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--nuts", action="store_true", help="add the corrected NUTS posterior")
+    ap.add_argument(
+        "--forward", action="store_true", help="add the forward-solve (output-error) reference"
+    )
     ap.add_argument("--report-only", action="store_true", help="summarise what is stored")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print the docs' tables")
     args = ap.parse_args(argv)
     problems = [p for p in args.problems.split(",") if p]
     methods = METHODS + (["nuts+analytic"] if args.nuts else [])
+    methods += [FORWARD] if args.forward else []
     if not args.report_only:
         for problem in problems:
             run(problem, methods, args.datasets, args.workers, not args.no_progress)
     for problem in problems:
         ds = run(problem, methods, args.datasets, execute=False)
         report(problem, ds)
+        forward_agreement(ds)
         if args.markdown:
             markdown(problem, ds)
 

@@ -247,6 +247,37 @@ def test_posterior_mode_is_the_corrected_estimate():
         np.testing.assert_allclose(mode["p"], res.x, rtol=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore::pymc_wendy.tempering.SFTWarning")  # 3 rungs, short run
+def test_sample_sft_targets_the_corrected_objective():
+    from pymc_wendy.tempering import _TemperedModel
+
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=257, noise_ratio=0.2, seed=2)
+    res = pw.fit(prob.model, data.t, data.U, bias_correction="auto")
+    plain = res.bias_correction.uncorrected.likelihood
+    with pm.Model() as model:
+        p = pm.Normal("p", 1, 1, shape=2)
+        pw.WeakODELikelihood(
+            "U", ode=prob.model, params=p, t=data.t, observed=data.U, bias_correction=res
+        )
+    target = _TemperedModel(model, {"p": res.x}, "hybrid")
+    q0, q1 = res.x, res.x * np.array([1.04, 0.97])
+    # the top rung (alpha = 0) is the corrected objective, not WENDy-MLE's likelihood
+    d_top = target.parts(q1, 0.0)[1] - target.parts(q0, 0.0)[1]
+    d_corrected = res.likelihood.nll(q0) - res.likelihood.nll(q1)
+    assert d_top == pytest.approx(d_corrected, rel=1e-8)
+    assert abs(d_top - (plain.nll(q0) - plain.nll(q1))) > 1e-3 * abs(d_top)
+    # a relaxed rung is finite and flatter
+    d_relaxed = target.parts(q1, 0.5)[1] - target.parts(q0, 0.5)[1]
+    assert np.isfinite(d_relaxed) and abs(d_relaxed) < abs(d_top)
+    with model:
+        idata = pw.sample_sft(
+            draws=100, tune=100, chains=1, rungs=3, random_seed=3, progressbar=False
+        )
+    post = idata.posterior["p"].values.reshape(-1, 2)
+    assert np.all(np.abs(post.mean(0) - res.x) < 3 * res.stderr)
+
+
 def test_bad_bias_correction_input_gets_clear_errors():
     prob = get_problem("logistic")
     data = prob.simulate(n_points=129, noise_ratio=0.1, seed=1)

@@ -57,6 +57,27 @@ DEFAULT_COVARIANCE = {
 }
 
 _IRLS_DEFAULTS = {"max_iter": 100, "tol": 1e-6, "sw_tol": 1e-4, "sw_start": 10}
+# scipy.optimize.minimize's trust-exact and trust-constr options (each run gets its own)
+_TRUST_EXACT = {"maxiter", "gtol", "initial_trust_radius", "max_trust_radius", "eta"}
+_TRUST_CONSTR = {
+    "maxiter",
+    "gtol",
+    "xtol",
+    "barrier_tol",
+    "initial_tr_radius",
+    "initial_constr_penalty",
+    "initial_barrier_parameter",
+}
+_OPTIONS = {
+    "mle": _TRUST_EXACT | _TRUST_CONSTR | {"warm_start"},
+    "irls": set(_IRLS_DEFAULTS),
+    "wls": {"max_iter", "tol"},
+    # scipy.optimize.least_squares
+    "oels": {"method", "ftol", "xtol", "gtol", "x_scale", "loss", "f_scale", "max_nfev"}
+    | {"diff_step", "tr_solver", "tr_options", "verbose"},
+}
+_COUNTS = {"maxiter", "max_iter", "max_nfev"}
+_TOLERANCES = {"tol", "gtol", "xtol", "ftol", "sw_tol", "barrier_tol"}
 _HYBRID_TOLERANCE = 0.05
 
 
@@ -191,12 +212,12 @@ def _mle_run(args) -> dict:
             jac=True,
             hess=hess,
             method="trust-exact",
-            options={"maxiter": 200, **options},
+            options={"maxiter": 200, **_subset(options, _TRUST_EXACT)},
         )
         nit, nfev = int(res.nit), int(res.nfev)
         inside = bounds is None or bool(np.all((res.x >= bounds[0]) & (res.x <= bounds[1])))
         if not inside:
-            opts = {"maxiter": 1000, "gtol": 1e-8, "xtol": 1e-12, **options}
+            opts = {"maxiter": 1000, "gtol": 1e-8, "xtol": 1e-12, **_subset(options, _TRUST_CONSTR)}
             res = optimize.minimize(
                 fun,
                 x0,
@@ -222,6 +243,40 @@ def _mle_run(args) -> dict:
         "nfev": nfev,
         "start": np.asarray(start, dtype=float),
     }
+
+
+def _subset(options: Mapping, keys: set[str]) -> dict:
+    return {k: v for k, v in options.items() if k in keys}
+
+
+def _check_options(method: str, options: Mapping, where: str = "options") -> None:
+    """Unknown option names and invalid counts or tolerances, before any work is done."""
+    if method == "hybrid":
+        unknown = set(options) - {"mle", "oels"}
+        if unknown:
+            raise ValueError(
+                f"unknown hybrid {where} {sorted(unknown)}: give a dict with keys 'mle' and "
+                "'oels', each holding that method's options"
+            )
+        for stage in ("mle", "oels"):
+            _check_options(stage, dict(options.get(stage) or {}), f"{where}['{stage}']")
+        return
+    unknown = set(options) - _OPTIONS[method]
+    if unknown:
+        raise ValueError(
+            f"unknown {method} {where} {sorted(unknown)}; valid: {sorted(_OPTIONS[method])}"
+        )
+    for key, value in options.items():
+        if key in _COUNTS and not (
+            isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
+        ):
+            raise ValueError(f"{where}[{key!r}] must be an integer >= 1; got {value!r}")
+        if key in _TOLERANCES and not (
+            isinstance(value, int | float | np.number) and np.isfinite(value) and value >= 0
+        ):
+            raise ValueError(f"{where}[{key!r}] must be a number >= 0; got {value!r}")
+    if "warm_start" in options and not isinstance(options["warm_start"], bool | np.bool_):
+        raise ValueError(f"{where}['warm_start'] must be True or False")
 
 
 def _warm_start(lik: WeakLikelihood, start: np.ndarray, bounds, fun) -> np.ndarray:
@@ -629,6 +684,7 @@ def fit(
             "with bias_correction= instead"
         )
     options = dict(options or {})
+    _check_options(method, options)
     if method == "oels":
         if isinstance(model, WeakLikelihood):
             lik = model
@@ -669,9 +725,6 @@ def fit(
     }
 
     if method == "wls":
-        unknown = set(options) - {"max_iter", "tol"}
-        if unknown:
-            raise ValueError(f"unknown wls options {sorted(unknown)}; known: ['max_iter', 'tol']")
         p, nit, ok = _wls(lik, p_start, bounds=box, **options)
         r = lik.residual(p)
         res = FitResult(
@@ -833,7 +886,10 @@ def _fit_oe(model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, opti
         options=options,
     )
     J = model.n_params
-    cov = np.linalg.pinv(oe.jacobian.T @ oe.jacobian)[:J, :J]
+    if oe.solve_failed:  # no trajectory, so no Jacobian: nothing to say about uncertainty
+        cov = np.full((J, J), np.nan)
+    else:
+        cov = np.linalg.pinv(oe.jacobian.T @ oe.jacobian)[:J, :J]
     if sigma_est:  # scale by the reduced chi-square of the fit
         cov = cov * (2.0 * oe.cost / max(oe.n_residuals - oe.jacobian.shape[1], 1))
     lik = common["likelihood"]
@@ -844,7 +900,7 @@ def _fit_oe(model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, opti
         x=oe.p,
         method="oels",
         success=oe.success,
-        status="converged" if oe.success else "not_converged",
+        status="failed" if oe.solve_failed else "converged" if oe.success else "not_converged",
         message=message,
         nit=oe.njev,
         nfev=oe.nfev,

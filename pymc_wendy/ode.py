@@ -169,6 +169,15 @@ def _check_names(names: Sequence[str], what: str) -> tuple[str, ...]:
     return names
 
 
+def _check_disjoint(states: tuple[str, ...], params: tuple[str, ...]) -> None:
+    # labelled outputs (summaries, xarray, ArviZ coords) key states and parameters by name
+    shared = sorted(set(states) & set(params))
+    if shared:
+        raise ODEDefinitionError(
+            f"{shared} name both a state and a parameter; give them different names"
+        )
+
+
 # --- the model -----------------------------------------------------------------------------
 
 
@@ -207,6 +216,7 @@ class ODEModel:
     ):
         self.states = _check_names(states, "states")
         self.params = _check_names(params, "params")
+        _check_disjoint(self.states, self.params)
         self.name = name or getattr(rhs, "__name__", "ode")
         self.rhs = rhs
         self.transform: str | None = None
@@ -304,6 +314,7 @@ class ODEModel:
         obj = cls.__new__(cls)
         obj.states = _check_names(states, "states")
         obj.params = _check_names(params, "params")
+        _check_disjoint(obj.states, obj.params)
         obj.name = name
         obj.rhs = None
         obj.transform = None

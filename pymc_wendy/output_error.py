@@ -60,6 +60,7 @@ class OutputErrorFit:
     njev: int
     n_failed_solves: int
     wall_time: float
+    solve_failed: bool = False  # no forward solve succeeded at the final point
 
 
 def _sensitivity_rhs(model: ODEModel):
@@ -211,6 +212,7 @@ def output_error(
         njev=int(res.njev or 0),
         n_failed_solves=prob.n_failed,
         wall_time=time.perf_counter() - start,
+        solve_failed=failed_at_end,
     )
 
 

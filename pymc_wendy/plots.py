@@ -1,5 +1,4 @@
-"""Plots of data against predictive draws and of coverage studies (matplotlib, an optional
-dependency: ``pip install 'pymc-wendy[plot]'``)."""
+"""Plots of data against predictive draws and of coverage studies (matplotlib)."""
 
 from __future__ import annotations
 
@@ -11,13 +10,13 @@ __all__ = ["plot_intervals", "plot_predictive", "plot_study"]
 
 
 def _pyplot():
-    """``matplotlib.pyplot``, imported only when a plot is drawn (the rest of the package
-    does not need matplotlib)."""
+    """``matplotlib.pyplot``, imported only when a plot is drawn (pyplot is slow to import;
+    a broken matplotlib installation is reported when a plot is asked for)."""
     try:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise ImportError(
-            "plotting needs matplotlib: pip install matplotlib (or 'pymc-wendy[plot]')"
+            "plotting needs matplotlib, a dependency of pymc-wendy: pip install matplotlib"
         ) from exc
     return plt
 

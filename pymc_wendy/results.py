@@ -110,7 +110,10 @@ class FitResult:
         Whether the estimator met its convergence criteria.
     status : str
         Short reason the estimator stopped (``"converged"``, ``"max_iter"``,
-        ``"normality"``, ``"fallback"``, ...).
+        ``"normality"``, ``"fallback"``, ...). ``"failed"``: the estimator could not evaluate
+        its objective at the point it returns (output error whose forward solves all
+        failed); ``x`` is then where it stopped, and every covariance, standard error and
+        interval is NaN.
     message : str
         Human-readable status.
     nit : int
@@ -219,6 +222,8 @@ class FitResult:
             ``"hessian"`` where the Hessian is not positive definite (not a local minimum).
         """
         kind = self.covariance_kind if kind is None else kind
+        if self.status == "failed":
+            return np.full((self.x.size, self.x.size), np.nan)
         if kind in self._cov_cache:
             return self._cov_cache[kind].copy()
         if kind == "oe":
@@ -290,6 +295,9 @@ class FitResult:
                 raise ValueError(f"truth must have shape {self.x.shape}; got {truth.shape}")
             table["true"] = truth
             table["covered"] = (ci[:, 0] <= truth) & (truth <= ci[:, 1])
+        if not self.success:
+            table["success"] = False  # so that a printed table cannot read as a good fit
+        table.attrs.update(success=bool(self.success), status=self.status, message=self.message)
         return table
 
     def to_xarray(self, level: float = 0.95, kinds: Sequence[str] | None = None):

@@ -173,7 +173,7 @@ def test_irls_stopping_rules(lv_lik):
     pv = res.history["shapiro_pvalue"]
     assert res.nit == 2 and np.isnan(pv[:2]).all() and np.isfinite(pv[2])
     np.testing.assert_array_equal(res.x, res.history["iterates"][2])
-    with pytest.raises(ValueError, match="unknown IRLS options"):
+    with pytest.raises(ValueError, match="unknown irls options"):
         pw.fit(lv_lik, method="irls", options={"maxiter": 3})
 
 
@@ -308,12 +308,35 @@ def test_hybrid_rule(logistic):
         ({"n_starts": 3}, "give finite bounds"),
         ({"n_starts": 0}, "n_starts must be >= 1"),
         ({"method": "wls", "options": {"maxiter": 3}}, "unknown wls options"),
+        ({"options": {"bogus": 3}}, r"unknown mle options \['bogus'\]; valid: .*'maxiter'"),
+        ({"options": {"maxiter": 0}}, r"options\['maxiter'\] must be an integer >= 1"),
+        ({"options": {"gtol": -1.0}}, r"options\['gtol'\] must be a number >= 0"),
+        ({"method": "irls", "options": {"maxiter": 5}}, "unknown irls options"),
+        ({"method": "oels", "options": {"max_nfev": 0}}, "must be an integer >= 1"),
+        ({"method": "hybrid", "options": {"maxiter": 5}}, "keys 'mle' and 'oels'"),
+        ({"method": "hybrid", "options": {"oels": {"bogus": 1}}}, r"options\['oels'\]"),
     ],
 )
 def test_bad_input(logistic, kwargs, match):
     prob, data = logistic
     with pytest.raises(ValueError, match=match):
         pw.fit(prob.model, data.t, data.U, **kwargs)
+
+
+def test_failed_output_error_reports_no_uncertainty():
+    """Output error whose forward solves all fail (Lotka-Volterra from p0 = 1, 1, 1, 1) used to
+    print standard errors of 0.0: NaN, success False, in the result and its summary."""
+    prob = pw.get_problem("lotka_volterra")
+    data = prob.simulate(n_points=257, noise_ratio=0.1, seed=0)
+    with pytest.warns(pw.FitWarning, match="forward solve fails"):
+        res = pw.fit(prob.model, data.t, data.U, method="oels", p0=[1, 1, 1, 1])
+    assert not res.success and res.status == "failed"
+    assert np.all(np.isnan(res.cov)) and np.all(np.isnan(res.conf_int()))
+    table = res.summary()
+    assert table[["std_err", "ci_lower", "ci_upper"]].isna().all().all()
+    assert not table["success"].any() and table.attrs["success"] is False
+    assert "success: False" in repr(res)
+    assert res.to_xarray().attrs["success"] == 0
 
 
 def test_bad_input_model_and_data(logistic, lv_lik):

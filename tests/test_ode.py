@@ -145,6 +145,7 @@ def test_vectorised_state_expressions():
         (lambda t, u, p: [np.linalg.norm(u) * p[0]], ["x"], ["a"], "cannot be traced"),
         (lambda t, u, p: [p[0] / sympy.Integer(0) * u[0]], ["x"], ["a"], "not finite"),
         (lambda t, u, p: [p[0] * u[0]], ["x", "x"], ["a"], "duplicates"),
+        (lambda t, u, p: [p[0] * u[0], p[1] * u[1]], ["x", "a"], ["a", "b"], "both a state"),
         (lambda t, u, p: [p[0] * u[0]], "x", ["a"], "sequence of names"),
         ("not callable", ["x"], ["a"], "callable"),
     ],

@@ -264,3 +264,20 @@ def test_parameters_outside_the_domain_give_minus_infinity():
     assert logp(bad) == -np.inf
     assert np.all(np.isfinite(dlogp(bad)))
     assert np.isfinite(logp({"p": data.p_true, "s": np.full(2, 0.05)}))
+
+
+def test_sample_runs_chains_on_every_usable_cpu(monkeypatch):
+    # PyMC's own default counts physical cores only: one core for all chains on a 2-CPU VM
+    from pymc_wendy import sampling
+
+    prob, data = _data("logistic", 129, 0.05, 0)
+    seen = []
+    monkeypatch.setattr(sampling.pm, "sample", lambda draws, **kw: seen.append(kw))
+    monkeypatch.setattr(sampling, "_usable_cpus", lambda: 3)
+    with _model(prob, data):
+        pmw.sample(10)
+        pmw.sample(10, cores=1)
+    monkeypatch.setattr(sampling, "_usable_cpus", lambda: 16)
+    with _model(prob, data):
+        pmw.sample(10)
+    assert [kw["cores"] for kw in seen] == [3, 1, 4]

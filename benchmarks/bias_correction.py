@@ -88,6 +88,34 @@ def report(problem: str, ds) -> None:
                 )
 
 
+def posterior_agreement(ds) -> None:
+    """The corrected posterior against the corrected estimator, data set by data set."""
+    post, est = "nuts+analytic", "mle+analytic-hessian"
+    if post not in ds.estimator.values:
+        return
+    width = ds.interval.sel(bound="upper") - ds.interval.sel(bound="lower")
+    se = width.sel(estimator=est) / (2 * stats.norm.ppf(0.975))
+    ratio = width.sel(estimator=post) / width.sel(estimator=est)
+    shift = (ds.estimate.sel(estimator=post) - ds.estimate.sel(estimator=est)) / se
+    print("\nCorrected posterior against the corrected estimator on the same data sets")
+    for n in ds.n_points.values:
+        for nr in ds.noise_ratio.values:
+            sel = {"noise_ratio": nr, "n_points": n}
+            r, d = ratio.sel(sel).dropna("dataset", how="all"), shift.sel(sel)
+            if r.sizes["dataset"] == 0:
+                continue
+            d = d.sel(dataset=r.dataset)
+            cov = ds.covered.sel(sel).sel(dataset=r.dataset).mean("dataset")
+            print(
+                f"  {n} pts nr={nr}: n={r.sizes['dataset']}  width ratio median "
+                f"{np.round(r.median('dataset').values, 2)} range "
+                f"[{float(r.min()):.2f}, {float(r.max()):.2f}]  mean - estimate (s.e.) "
+                f"{np.round(d.mean('dataset').values, 2)}"
+            )
+            for e in ds.estimator.values:
+                print(f"    coverage {e:<21} {np.round(cov.sel(estimator=e).values, 2)}")
+
+
 def forward_agreement(ds) -> None:
     """Each estimate's distance from the forward-solve estimate on the same data set.
 
@@ -169,6 +197,7 @@ def main(argv=None) -> None:
     for problem in problems:
         ds = run(problem, methods, args.datasets, execute=False)
         report(problem, ds)
+        posterior_agreement(ds)
         forward_agreement(ds)
         if args.markdown:
             markdown(problem, ds)

@@ -28,7 +28,10 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_wendy import kernels
+from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.likelihood import WeakLikelihood
+
+Likelihood = WeakLikelihood | JointLikelihood
 
 __all__ = ["BIAS_CORRECTIONS", "corrected_likelihood", "resolve", "score_mean"]
 
@@ -57,13 +60,16 @@ def resolve(bias_correction: str | None) -> str | None:
     return name
 
 
-def score_mean(lik: WeakLikelihood, p) -> np.ndarray:
+def score_mean(lik: Likelihood, p) -> np.ndarray:
     """Estimated mean of the quadratic form's score at ``p`` under the data noise, shape (J,).
 
     :func:`pymc_wendy.kernels.quadratic_score_mean` evaluated at the data, with the
     likelihood's noise level. Additive Gaussian noise on the states the likelihood sees (for
-    log-normal noise, on ``log U``).
+    log-normal noise, on ``log U``). For several experiments, the sum of theirs (their noise
+    is independent).
     """
+    if isinstance(lik, JointLikelihood):
+        return np.sum([score_mean(e, p) for e in lik.experiments], axis=0)
     p = lik._p(p)
     s2 = lik.sigma**2
     ev = lik._evaluation(p, s2)
@@ -71,7 +77,7 @@ def score_mean(lik: WeakLikelihood, p) -> np.ndarray:
     return kernels.quadratic_score_mean(ev, lik.phi, Jp, Juu)
 
 
-def corrected_likelihood(lik: WeakLikelihood, method: str, reference) -> WeakLikelihood:
+def corrected_likelihood(lik: Likelihood, method: str, reference) -> Likelihood:
     """The bias-corrected objective of ``method`` with its tilt evaluated at ``reference``.
 
     ``"profile"``: the quadratic form alone (tilt zero). ``"analytic"``: tilted by

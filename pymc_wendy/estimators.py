@@ -37,11 +37,13 @@ from scipy import optimize, stats
 from pymc_wendy import bias
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
+from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.results import BiasCorrection, FitResult, FitWarning
+from pymc_wendy.test_functions import TestFunctions
 
 __all__ = ["fit", "weak_least_squares", "wendy_mle"]
 
@@ -540,23 +542,84 @@ def _starts(first: np.ndarray, n_starts: int, bounds, seed) -> list[np.ndarray]:
     return [first, *draws]
 
 
-def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge) -> WeakLikelihood:
-    if isinstance(model, WeakLikelihood):
+def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge):
+    if isinstance(model, WeakLikelihood | JointLikelihood):
         if t is not None or U is not None:
-            raise ValueError("pass either a WeakLikelihood, or a model with t and U; not both")
+            raise ValueError("pass either a likelihood, or a model with t and U; not both")
         given = {"noise": noise != "normal", "sigma": sigma is not None}
         given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
         clash = [k for k, v in given.items() if v]
         if clash:
-            raise ValueError(f"{clash} are fixed by the WeakLikelihood passed; do not pass them")
+            raise ValueError(
+                f"{clash} are fixed by the {type(model).__name__} passed; do not pass them"
+            )
         return model
     if not isinstance(model, ODEModel):
-        raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {type(model)!r}")
+        raise TypeError(
+            f"model must be an ODEModel, a WeakLikelihood or a JointLikelihood; got {type(model)!r}"
+        )
     if t is None or U is None:
         raise ValueError("t and U are required with an ODEModel")
+    if _several(t, U):
+        return _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge)
     return WeakLikelihood(
         model, t, U, noise=noise, sigma=sigma, test_functions=test_functions, ridge=ridge
     )
+
+
+def _several(t, U) -> bool:
+    """Whether ``t`` and ``U`` are lists of experiments (``[t1, t2]``, ``[U1, U2]``)."""
+    many_t = isinstance(t, list | tuple) and any(np.ndim(x) >= 1 for x in t)
+    many_U = isinstance(U, list | tuple) and len(U) > 0 and all(np.ndim(x) >= 2 for x in U)
+    if many_t != many_U:
+        raise ValueError(
+            "for several experiments give t and U as lists of the same length, one time "
+            "array and one (M_e+1, D) data array per experiment ([t1, t2], [U1, U2]); got "
+            f"{'a list' if many_t else 'one array'} of times and "
+            f"{'a list' if many_U else 'one array'} of data"
+        )
+    if many_t and len(t) != len(U):
+        raise ValueError(f"{len(t)} time arrays but {len(U)} data arrays")
+    return many_t
+
+
+def _per_experiment(value, E: int, what: str, is_single) -> list:
+    """``value`` for each of ``E`` experiments: one shared value or a sequence of ``E``."""
+    if value is None or is_single(value):
+        return [value] * E
+    if not isinstance(value, list | tuple | np.ndarray) or len(value) != E:
+        raise ValueError(
+            f"{what} for {E} experiments: give one value for all, or a list with one entry "
+            f"per experiment; got {value!r}"
+        )
+    return list(value)
+
+
+def _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge) -> JointLikelihood:
+    E = len(t)
+    sigmas = _per_experiment(
+        sigma, E, "sigma", lambda v: not isinstance(v, list | tuple) and np.ndim(v) == 0
+    )
+    specs = _per_experiment(
+        test_functions, E, "test_functions", lambda v: isinstance(v, Mapping | TestFunctions)
+    )
+    experiments = []
+    for i in range(E):
+        try:
+            experiments.append(
+                WeakLikelihood(
+                    model,
+                    t[i],
+                    U[i],
+                    noise=noise,
+                    sigma=sigmas[i],
+                    test_functions=specs[i],
+                    ridge=ridge,
+                )
+            )
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"experiment {i}: {exc}") from None
+    return JointLikelihood(experiments)
 
 
 def _oe_data(model: ODEModel, t, U, noise, sigma):
@@ -600,13 +663,17 @@ def fit(
 
     Parameters
     ----------
-    model : ODEModel or WeakLikelihood
-        The ODE, or a ready weak likelihood (then ``t``, ``U``, ``noise``, ``sigma``,
-        ``test_functions`` and ``ridge`` come from it).
-    t : array, shape (M+1,)
-        Strictly increasing observation times.
-    U : array, shape (M+1, D)
-        Observations.
+    model : ODEModel, WeakLikelihood or JointLikelihood
+        The ODE, or a ready weak likelihood of one or several experiments (then ``t``,
+        ``U``, ``noise``, ``sigma``, ``test_functions`` and ``ridge`` come from it).
+    t : array, shape (M+1,), or list of arrays
+        Strictly increasing observation times; for several experiments sharing the
+        parameters, a list with one time array per experiment (each its own grid).
+    U : array, shape (M+1, D), or list of arrays
+        Observations; a list ``[U1, U2, ...]`` matching ``t`` for several experiments.
+        Their weak residuals are independent, so the objective is the sum of the
+        experiments' (:class:`~pymc_wendy.experiments.JointLikelihood`;
+        ``docs/experiments.md``).
     method : {"mle", "irls", "wls", "oels", "hybrid"}
         Estimator (module docstring).
     p0 : array, shape (J,), optional
@@ -622,12 +689,14 @@ def fit(
         Additive Gaussian or multiplicative log-normal noise.
     sigma : float or array (D,), optional
         Noise standard deviation per state (of ``log U`` for log-normal noise); estimated
-        from the data with the high-order filter when omitted.
+        from the data with the high-order filter when omitted. For several experiments, a
+        scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
     u0 : array (D,), optional
         Starting initial state for output error (default: the value at ``t[0]`` of a
         parabola fitted to the first points of the data).
     test_functions : TestFunctions, dict, or (phi, dphi), optional
-        See :class:`WeakLikelihood`.
+        See :class:`WeakLikelihood`. For several experiments, a dict of options for all, or
+        a list with one entry per experiment.
     ridge : float
         Covariance relaxation ``S <- (1 - ridge) S + ridge I`` (IRLS's ``alpha``).
     n_starts : int
@@ -678,10 +747,16 @@ def fit(
             f"bias_correction applies to method='mle' (the corrected objective replaces the "
             f"weak likelihood); got method={method!r}"
         )
-    if isinstance(model, WeakLikelihood) and model.correction_method is not None:
+    if isinstance(model, WeakLikelihood | JointLikelihood) and model.correction_method:
         raise ValueError(
-            "the likelihood is already bias-corrected; fit the uncorrected WeakLikelihood "
+            "the likelihood is already bias-corrected; fit the uncorrected likelihood "
             "with bias_correction= instead"
+        )
+    several = isinstance(model, JointLikelihood) or (isinstance(model, ODEModel) and _several(t, U))
+    if several and method in ("oels", "hybrid"):
+        raise ValueError(
+            f"method={method!r} fits one experiment; for several experiments use 'mle', "
+            "'irls' or 'wls' (output error over several experiments is not implemented)"
         )
     options = dict(options or {})
     _check_options(method, options)

@@ -367,19 +367,29 @@ class WeakLikelihood:
             if method == "sandwich":
                 A = np.linalg.pinv(G) @ C
                 return A @ A.T
-            # (A^T A)^{-1} with A = C^{-1} G, through the R factor of A for accuracy
-            R = np.linalg.qr(kernels._tri(C, G), mode="r")
-            Ri = np.linalg.solve(R, np.eye(R.shape[0]))
-            return Ri @ Ri.T
+            return _gls_covariance(kernels._tri(C, G))
         if method == "hessian":
-            H = self.hessian(p, sigma)
-            try:
-                Lh = np.linalg.cholesky(H)
-            except np.linalg.LinAlgError:
-                raise kernels.WeakLikelihoodError(
-                    "the Hessian is not positive definite at p: not a local minimum of the "
-                    "negative log-likelihood, so its inverse is no covariance"
-                ) from None
-            Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
-            return Li.T @ Li
+            return _inverse_information(self.hessian(p, sigma))
         raise ValueError(f"method must be 'sandwich', 'gls' or 'hessian'; got {method!r}")
+
+
+def _gls_covariance(A: np.ndarray) -> np.ndarray:
+    """``(A^T A)^-1`` for the whitened Jacobian ``A = C^-1 G``, through the R factor of ``A``
+    for accuracy."""
+    R = np.linalg.qr(A, mode="r")
+    Ri = np.linalg.solve(R, np.eye(R.shape[0]))
+    return Ri @ Ri.T
+
+
+def _inverse_information(H: np.ndarray) -> np.ndarray:
+    """``H^-1`` for a Hessian of the negative log-likelihood, by Cholesky; a clear error
+    where ``H`` is not positive definite."""
+    try:
+        Lh = np.linalg.cholesky(H)
+    except np.linalg.LinAlgError:
+        raise kernels.WeakLikelihoodError(
+            "the Hessian is not positive definite at p: not a local minimum of the "
+            "negative log-likelihood, so its inverse is no covariance"
+        ) from None
+    Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
+    return Li.T @ Li

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from pymc_wendy.experiments import JointLikelihood, diagnose
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
@@ -131,18 +132,19 @@ class FitResult:
         was built; ``inf`` where it is undefined.
     u0 : ndarray or None
         Fitted initial state (output error, hybrid); otherwise fitted on demand by
-        :meth:`simulate`.
-    sigma : ndarray, shape (D,)
-        Noise standard deviation per state used (of ``log U`` for log-normal noise).
+        :meth:`simulate`. Shape (D,), or (E, D) for several experiments.
+    sigma : ndarray, shape (D,) or (E, D)
+        Noise standard deviation per state used (of ``log U`` for log-normal noise); a row
+        per experiment for several.
     sigma_estimated : bool
         Whether ``sigma`` was estimated from the data.
     noise : {"normal", "lognormal"}
     covariance_kind : str
         Default kind of :meth:`covariance` for this method.
-    likelihood : WeakLikelihood or None
+    likelihood : WeakLikelihood, JointLikelihood or None
         The weak likelihood (test functions, data, noise); None for pure output error.
-    t, U : ndarray
-        The data.
+    t, U : ndarray, or tuples of arrays
+        The data; a tuple with one array per experiment for several.
     history : dict
         Method-specific record: IRLS iterates and Shapiro-Wilk p-values, the starts of a
         multi-start fit and their NLLs, or the stages of the hybrid method.
@@ -169,7 +171,7 @@ class FitResult:
     covariance_kind: str
     t: np.ndarray
     U: np.ndarray
-    likelihood: WeakLikelihood | None = None
+    likelihood: WeakLikelihood | JointLikelihood | None = None
     u0: np.ndarray | None = None
     history: dict[str, Any] = field(default_factory=dict)
     bias_correction: BiasCorrection | None = None
@@ -348,7 +350,7 @@ class FitResult:
                 "fun": self.fun,
                 "nll": np.nan if self.nll is None else self.nll,
                 "noise": self.noise,
-                "sigma": self.sigma,
+                **({"sigma": self.sigma} if np.ndim(self.sigma) == 1 else {}),
                 "sigma_estimated": int(self.sigma_estimated),
                 "level": level,
                 "default_kind": self.covariance_kind,
@@ -357,10 +359,42 @@ class FitResult:
                 ),
             },
         )
+        per_experiment = ("experiment", "state")[2 - np.ndim(self.sigma) :]
+        if np.ndim(self.sigma) == 2:
+            ds["sigma"] = (per_experiment, self.sigma)
         if self.u0 is not None:
-            ds["u0"] = ("state", self.u0)
+            ds["u0"] = (("experiment", "state")[2 - np.ndim(self.u0) :], self.u0)
+        if "state" in ds.dims:
             ds = ds.assign_coords(state=list(self.model.states))
         return ds
+
+    @property
+    def n_experiments(self) -> int:
+        """Number of experiments fitted (1 for a single time series)."""
+        return self.likelihood.n_experiments if isinstance(self.likelihood, JointLikelihood) else 1
+
+    def diagnostics(self):
+        """Per-experiment diagnostics at the estimate, an :class:`xarray.Dataset` over
+        ``experiment``: sizes, each experiment's share of the objective, the mean square
+        and Shapiro-Wilk p-value of its whitened weak residual, and a score test of its
+        consistency with the other experiments
+        (:meth:`pymc_wendy.experiments.JointLikelihood.diagnostics`).
+        """
+        import xarray as xr
+
+        if self.likelihood is None:
+            raise ValueError(
+                f"diagnostics need the weak likelihood; this {self.method!r} fit has none"
+            )
+        lik = self.likelihood
+        values = (
+            lik.diagnostics(self.x) if isinstance(lik, JointLikelihood) else diagnose([lik], self.x)
+        )
+        return xr.Dataset(
+            {k: ("experiment", v) for k, v in values.items()},
+            coords={"experiment": np.arange(self.n_experiments)},
+            attrs={"method": self.method, "model": self.model.name},
+        )
 
     def _has_kind(self, kind: str) -> bool:
         return self._oe_covariance is not None if kind == "oe" else self.likelihood is not None

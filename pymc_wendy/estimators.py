@@ -556,7 +556,8 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge):
         return model
     if not isinstance(model, ODEModel):
         raise TypeError(
-            f"model must be an ODEModel, a WeakLikelihood or a JointLikelihood; got {type(model)!r}"
+            "model must be an ODEModel or a WeakLikelihood (or JointLikelihood); "
+            f"got {type(model)!r}"
         )
     if t is None or U is None:
         raise ValueError("t and U are required with an ODEModel")

@@ -8,9 +8,11 @@ estimators (:func:`fit`) and samplers.
 """
 
 from pymc_wendy import bias, coverage
+from pymc_wendy.comparison import experiment_log_likelihood
 from pymc_wendy.coverage import open_coverage, run_coverage
 from pymc_wendy.distribution import WeakODELikelihood
 from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
+from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
@@ -41,6 +43,7 @@ __all__ = [
     "CovarianceError",
     "FitResult",
     "FitWarning",
+    "JointLikelihood",
     "NonFiniteError",
     "ODEDefinitionError",
     "ODEModel",
@@ -58,6 +61,7 @@ __all__ = [
     "coverage",
     "estimate_initial_state",
     "estimate_noise",
+    "experiment_log_likelihood",
     "fit",
     "get_problem",
     "initial_values",

@@ -57,11 +57,14 @@ class JointLikelihood:
         for i, e in enumerate(experiments):
             if not isinstance(e, WeakLikelihood):
                 raise TypeError(f"experiment {i} is a {type(e).__name__}, not a WeakLikelihood")
-            if e.correction_method is not None:
-                raise ValueError(
-                    f"experiment {i} is bias-corrected; correct the JointLikelihood instead"
-                )
         first = experiments[0]
+        methods = {e.correction_method for e in experiments}
+        if len(methods) > 1:
+            raise ValueError(
+                "the experiments carry different bias corrections "
+                f"({[e.correction_method for e in experiments]}); correct all the same way, "
+                "or correct the JointLikelihood of the uncorrected ones"
+            )
         for i, e in enumerate(experiments[1:], start=1):
             if not same_model(e.base_model, first.base_model):
                 raise ValueError(
@@ -167,7 +170,7 @@ class JointLikelihood:
         """A copy whose objective is the bias-corrected one (see
         :meth:`WeakLikelihood.corrected`): the sum of the experiments' quadratic forms, tilted
         by ``tilt`` (the summed score means, :func:`pymc_wendy.bias.score_mean`)."""
-        if self._correction is not None:
+        if self.correction_method is not None:
             raise ValueError("this likelihood is already bias-corrected")
         J = self.model.n_params
         tilt = np.array(tilt, dtype=float).reshape(-1)
@@ -185,11 +188,19 @@ class JointLikelihood:
 
     @property
     def correction_method(self) -> str | None:
-        return None if self._correction is None else self._correction["method"]
+        """The bias correction of the joint objective, or of its experiments (all alike)."""
+        if self._correction is not None:
+            return self._correction["method"]
+        return self.experiments[0].correction_method
 
     @property
     def tilt(self) -> np.ndarray | None:
-        return None if self._correction is None else self._correction["tilt"].copy()
+        """The constant subtracted from the joint score, or None."""
+        if self._correction is not None:
+            return self._correction["tilt"].copy()
+        if self.correction_method is None:
+            return None
+        return np.sum([e.tilt for e in self.experiments], axis=0)
 
     def _tilt_value(self, p: np.ndarray) -> float:
         c = self._correction
@@ -277,7 +288,8 @@ class JointLikelihood:
     # --- per-experiment diagnostics ----------------------------------------------------------
     def diagnostics(self, p) -> dict[str, np.ndarray]:
         """Per-experiment diagnostics at a joint estimate ``p`` (:func:`diagnose`)."""
-        return diagnose(self.experiments, self._p(p), self.tilt)
+        joint_tilt = None if self._correction is None else self._correction["tilt"]
+        return diagnose(self.experiments, self._p(p), joint_tilt)
 
 
 @single_blas_thread

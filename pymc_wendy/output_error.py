@@ -222,10 +222,11 @@ def estimate_initial_state(
     """Initial state ``u(t_0)`` fitted to the data with the parameters held at ``p``.
 
     Least squares between the ODE solution from ``u0`` and the first quarter of the data (at
-    least 10 points; on the log scale for log-normal noise), over ``u0`` only, started from a
-    local quadratic fit to the first points. ``p`` defaults to the WENDy-MLE. The weak
-    likelihood does not involve ``u0``; this is only for simulating trajectories. If the fit
-    fails, the local quadratic fit is returned.
+    least 10 points; on the log scale for log-normal noise), over ``u0`` only, started from
+    the best of a local quadratic fit to the first points, the first observation and the
+    mean and median of the first ones. ``p`` defaults to the WENDy-MLE. The weak likelihood
+    does not involve ``u0``; this is only for simulating trajectories. If the fit fails, the
+    best start is returned.
     """
     from pymc_wendy.estimators import weak_least_squares, wendy_mle
 
@@ -248,8 +249,16 @@ def estimate_initial_state(
         Z = np.log(np.maximum(U, 1e-300)) if lik.noise == "lognormal" else U
         return (Z - X[:n]).ravel()
 
-    fit = optimize.least_squares(residual, start, x_scale="jac")
-    return _from_log(fit.x if fit.success else start, lik.noise)
+    # A noisy local fit can put a state's start where the solution blows up (a predator
+    # population below zero): then the solve fails everywhere near it and least squares
+    # cannot move. Start from the best of a few data-based guesses instead.
+    guesses = [start, X[0], X[: min(5, n)].mean(axis=0), np.median(X[:n], axis=0)]
+    costs = [float(np.sum(residual(g) ** 2)) for g in guesses]
+    best = guesses[int(np.argmin(costs))]
+    fit = optimize.least_squares(residual, best, x_scale="jac")
+    if fit.success and 2 * fit.cost <= min(costs):
+        return _from_log(fit.x, lik.noise)
+    return _from_log(best, lik.noise)
 
 
 def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:

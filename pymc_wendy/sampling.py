@@ -45,6 +45,7 @@ from scipy import optimize
 from pymc_wendy import _threads
 from pymc_wendy.distribution import _is_symbolic, _params_vector
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
+from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import WeakLikelihoodError
 
 __all__ = ["initial_values", "laplace", "sample"]
@@ -59,8 +60,12 @@ def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
     For every :class:`~pymc_wendy.WeakODELikelihood` whose ``params`` is a free vector variable
     or a list of free scalar variables, the WENDy-MLE (weak least squares, then trust-region
     Newton, started from the model's initial point) is mapped onto them; a free ``sigma``
-    variable gets the data's noise estimate. Values outside a variable's support (a negative
-    estimate under a positive prior) are left out, and so is everything if the estimate fails.
+    variable gets the data's noise estimate. Terms that share their ``params`` (several
+    experiments) are fitted jointly (:class:`~pymc_wendy.experiments.JointLikelihood`); a
+    variable that several separately fitted terms inform (a parameter shared by the units of
+    a hierarchical model, given as a list of scalars) gets the mean of their estimates.
+    Values outside a variable's support (a negative estimate under a positive prior) are left
+    out, and so is everything of a group whose estimate fails.
 
     Returns
     -------
@@ -69,28 +74,51 @@ def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
         ``pm.sample(initvals=...)`` or ``pm.find_MAP(initvals=...)``.
     """
     model = pm.modelcontext(model)
-    values: dict[str, np.ndarray] = {}
+    groups: dict[tuple, list] = {}
     for rv in model.observed_RVs:
         spec = getattr(rv.tag, "wendy", None)
         if spec is not None:
-            values.update(_values_for(model, *spec))
+            groups.setdefault(_group_key(*spec), []).append(spec)
+    estimates: dict[str, list[np.ndarray]] = {}
+    for specs in groups.values():
+        for name, value in _values_for(model, specs).items():
+            estimates.setdefault(name, []).append(value)
+    values = {}
+    for name, vals in estimates.items():
+        value = np.mean(vals, axis=0)
+        if _in_support(model, model[name], value):
+            values[name] = np.asarray(value)
     return values
 
 
-def _values_for(model: pm.Model, lik, params, sigma) -> dict[str, np.ndarray]:
+def _group_key(lik, params, sigma) -> tuple:
+    """Terms of one ODE with the same parameter variables share a key (and are fitted
+    jointly)."""
+    ids = tuple(id(v) for v in params) if isinstance(params, list | tuple) else (id(params),)
+    model = lik.base_model
+    return (ids, model.states, model.params, tuple(map(str, model.expressions)), lik.noise)
+
+
+def _values_for(model: pm.Model, specs: list) -> dict[str, np.ndarray]:
+    """Estimates for the free variables of terms sharing ``params``: ``[(lik, params,
+    sigma), ...]``."""
+    liks = [lik for lik, _, _ in specs]
+    params = specs[0][1]
+    lik = liks[0] if len(liks) == 1 else JointLikelihood(liks)
     J, D = lik.model.n_params, lik.model.n_states
     if isinstance(params, list | tuple):
         targets = [(v, slice(j, j + 1)) for j, v in enumerate(params)]
     else:
         targets = [(params, slice(0, J))]
-    if _is_symbolic(sigma):
-        targets.append((sigma, slice(J, J + D)))
+    for e, (_, _, sigma) in enumerate(specs):
+        if _is_symbolic(sigma):
+            targets.append((sigma, slice(J + e * D, J + (e + 1) * D)))
     targets = [(v, sl) for v, sl in targets if v in model.free_RVs and v.type.ndim <= 1]
     if not targets:
         return {}
     try:
         if lik.correction_method is not None:  # the corrected objective, from its reference
-            start = lik._correction["reference"]
+            start = liks[0]._correction["reference"]
         else:
             guess = _initial_params(model, _params_vector(params, lik.base_model))
             start = weak_least_squares(lik, guess)
@@ -100,13 +128,13 @@ def _values_for(model: pm.Model, lik, params, sigma) -> dict[str, np.ndarray]:
         ok = False
     if not ok:
         return {}
-    estimate = np.concatenate([p_hat, lik.sigma])
-    out = {}
+    estimate = np.concatenate([p_hat, *(e.sigma for e in liks)])
+    out: dict[str, list] = {}
     for v, sl in targets:
         value = estimate[sl] if v.type.ndim == 1 else np.mean(estimate[sl])
-        if _in_support(model, v, value):
-            out[v.name] = np.asarray(value)
-    return out
+        out.setdefault(v.name, []).append(value)
+    # one sigma variable shared by several terms: the mean of their noise estimates
+    return {name: np.mean(vals, axis=0) for name, vals in out.items()}
 
 
 def _in_support(model: pm.Model, v, value) -> bool:

@@ -127,6 +127,7 @@ class _Task:
     level: float
     fit_options: Mapping = field(default_factory=dict)
     sample_options: Mapping = field(default_factory=dict)
+    experiments: tuple[dict, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -162,9 +163,7 @@ def _run_task(task: _Task) -> dict:
         "extra": {},
     }
     try:
-        data = prob.simulate(
-            n_points=task.n_points, noise_ratio=task.noise_ratio, seed=task.data_seed
-        )
+        data = _simulate(task)
         with one_blas_thread():
             if _split(task.estimator)[0] in _BAYES:
                 _bayes(task, data, record)
@@ -179,6 +178,33 @@ def _run_task(task: _Task) -> dict:
         record.setdefault("fsim_failed", True)
     record["wall_time"] = time.perf_counter() - start
     return _jsonable(record)
+
+
+def _simulate(task: _Task):
+    """The run's data set, or for a study of several experiments a list of them (each with
+    its own seed, derived from the run's)."""
+    prob = task.problem
+    if task.experiments is None:
+        return prob.simulate(
+            n_points=task.n_points, noise_ratio=task.noise_ratio, seed=task.data_seed
+        )
+    seeds = np.random.SeedSequence(task.data_seed).generate_state(len(task.experiments))
+    return [
+        prob.simulate(
+            n_points=int(e.get("n_points", task.n_points)),
+            noise_ratio=task.noise_ratio,
+            seed=int(s),
+            u0=e.get("u0"),
+        )
+        for e, s in zip(task.experiments, seeds, strict=True)
+    ]
+
+
+def _times_and_data(data):
+    """``(t, U)`` for :func:`~pymc_wendy.fit`: arrays, or lists for several experiments."""
+    if isinstance(data, list):
+        return [d.t for d in data], [d.U for d in data]
+    return data.t, data.U
 
 
 def _split(estimator: str) -> tuple[str, str | None]:
@@ -201,7 +227,7 @@ def _frequentist(task: _Task, data, record: dict) -> None:
         options["bias_correction"] = correction
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)  # recorded as success=False instead
-        res = fit(prob.model, data.t, data.U, method=method, noise=prob.noise, **options)
+        res = fit(prob.model, *_times_and_data(data), method=method, noise=prob.noise, **options)
     record["estimate"] = res.x.tolist()
     record["success"] = bool(res.success)
     record["message"] = res.message
@@ -245,6 +271,9 @@ def _bayes(task: _Task, data, record: dict) -> None:
 
     prob = task.problem
     method, correction = _split(task.estimator)
+    several = isinstance(data, list)
+    datasets = data if several else [data]
+    corrections = [correction] * len(datasets)
     if correction is not None:  # the corrected objective, fitted like the frequentist study
         import warnings
 
@@ -253,25 +282,29 @@ def _bayes(task: _Task, data, record: dict) -> None:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitWarning)
-            correction = fit(
-                prob.model,
-                data.t,
-                data.U,
-                bounds=prob.bounds,
-                noise=prob.noise,
-                bias_correction=correction,
-            )
+            corrections = [
+                fit(
+                    prob.model,
+                    d.t,
+                    d.U,
+                    bounds=prob.bounds,
+                    noise=prob.noise,
+                    bias_correction=correction,
+                )
+                for d in datasets
+            ]
     with pm.Model(coords={"param": list(prob.params)}) as model:
         p = default_priors(prob)("p")
-        WeakODELikelihood(
-            "U",
-            ode=prob.model,
-            params=p,
-            t=data.t,
-            observed=data.U,
-            noise=prob.noise,
-            bias_correction=correction,
-        )
+        for i, (d, c) in enumerate(zip(datasets, corrections, strict=True)):
+            WeakODELikelihood(
+                f"U{i}" if several else "U",
+                ode=prob.model,
+                params=p,
+                t=d.t,
+                observed=d.U,
+                noise=prob.noise,
+                bias_correction=c,
+            )
     opts = dict(task.sample_options)
     seed = opts.pop("random_seed", task.data_seed)
     if method == "nuts":
@@ -298,21 +331,25 @@ def _bayes(task: _Task, data, record: dict) -> None:
 
 
 def _forward_error(prob: Problem, data, record: dict) -> tuple[float, bool]:
-    """WENDy-MLE Table 1 eq. 13: ``|U(p_hat, u0*) - U*|_F / |U*|_F``; failure if the solve fails."""
+    """WENDy-MLE Table 1 eq. 13: ``|U(p_hat, u0*) - U*|_F / |U*|_F``; failure if the solve
+    fails. For several experiments, over all of them (each from its own true ``u0``)."""
     p = np.asarray(record["estimate"], dtype=float)
     if not np.all(np.isfinite(p)):
         return float("nan"), True
-    t = data.t
-    try:
-        # simulate from the true initial condition at the start of the grid (u0 at t_span[0])
-        grid = np.concatenate([[prob.t_span[0]], t]) if data.dropped_times else t
-        U = solve(prob.model, p, prob.u0, grid, stiff=prob.stiff)
-        U = U[1:] if data.dropped_times else U
-    except (SimulationError, ValueError, FloatingPointError):
-        return float("nan"), True
-    if not np.all(np.isfinite(U)):
-        return float("nan"), True
-    return float(np.linalg.norm(U - data.U_true) / np.linalg.norm(data.U_true)), False
+    misfit = size = 0.0
+    for d in data if isinstance(data, list) else [data]:
+        try:
+            # simulate from the true initial condition at the start of the grid (t_span[0])
+            grid = np.concatenate([[prob.t_span[0]], d.t]) if d.dropped_times else d.t
+            U = solve(prob.model, p, d.u0, grid, stiff=prob.stiff)
+            U = U[1:] if d.dropped_times else U
+        except (SimulationError, ValueError, FloatingPointError):
+            return float("nan"), True
+        if not np.all(np.isfinite(U)):
+            return float("nan"), True
+        misfit += float(np.sum((U - d.U_true) ** 2))
+        size += float(np.sum(d.U_true**2))
+    return float(np.sqrt(misfit / size)), False
 
 
 def _jsonable(obj):
@@ -402,6 +439,41 @@ def _config(prob: Problem, seed: int, level: float, fit_options, sample_options)
     )
 
 
+def _check_experiments(experiments, prob: Problem, labels) -> tuple[dict, ...] | None:
+    if experiments is None:
+        return None
+    experiments = list(experiments)
+    if not experiments:
+        raise ValueError("experiments must list at least one experiment")
+    out = []
+    for i, e in enumerate(experiments):
+        if not isinstance(e, Mapping) or set(e) - {"u0", "n_points"}:
+            raise ValueError(
+                f"experiment {i} must be a dict with keys among 'u0' and 'n_points'; got {e!r}"
+            )
+        entry = {}
+        if e.get("u0") is not None:
+            u0 = np.asarray(e["u0"], dtype=float)
+            if u0.shape != (prob.model.n_states,) or not np.all(np.isfinite(u0)):
+                raise ValueError(
+                    f"experiment {i}: u0 must be {prob.model.n_states} finite values; got {e['u0']}"
+                )
+            entry["u0"] = u0.tolist()
+        if e.get("n_points") is not None:
+            if int(e["n_points"]) < 8:
+                raise ValueError(
+                    f"experiment {i}: n_points must be at least 8; got {e['n_points']}"
+                )
+            entry["n_points"] = int(e["n_points"])
+        out.append(entry)
+    forward = sorted({b for b, _ in labels.values() if b in ("oels", "hybrid")})
+    if forward:
+        raise ValueError(
+            f"{forward} fit one experiment; studies of several experiments use weak-form methods"
+        )
+    return tuple(out)
+
+
 # --- running a study -----------------------------------------------------------------------
 
 
@@ -437,6 +509,7 @@ def run_coverage(
     progress: bool = True,
     fit_options: Mapping | None = None,
     sample_options: Mapping | None = None,
+    experiments: Sequence[Mapping] | None = None,
     execute: bool = True,
 ) -> xr.Dataset:
     """Run a coverage study and return its per-run results as a labelled dataset.
@@ -475,6 +548,12 @@ def run_coverage(
         Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` (``draws``,
         ``tune``, ``chains``, ...; defaults 1000, 1000, 2 and one core per run). ``laplace``
         uses 4000 draws.
+    experiments : sequence of dict, optional
+        Make every data set several experiments sharing the parameters, one per entry:
+        ``{"u0": initial state, "n_points": points}`` (both optional; defaults the problem's
+        ``u0`` and the cell's ``n_points``), each with its own noise draw. Estimators fit
+        them jointly (``fit(model, [t1, t2, ...], [U1, U2, ...])``; ``docs/experiments.md``);
+        ``nuts``/``laplace`` use one ``WeakODELikelihood`` per experiment.
     execute : bool
         False runs nothing: the result holds what ``store`` has finished (NaN elsewhere), for
         looking at a study that is still running or was interrupted.
@@ -508,6 +587,7 @@ def run_coverage(
     bad = {"method", "noise", "bias_correction"} & set(fit_options)
     if bad:
         raise ValueError(f"fit_options must not set {sorted(bad)}: the study chooses them")
+    experiments = _check_experiments(experiments, prob, labels)
 
     kinds: dict[str, list[str]] = {}
     for base, kind in labels.values():
@@ -526,6 +606,7 @@ def run_coverage(
             level=float(level),
             fit_options=fit_options,
             sample_options=sample_options,
+            experiments=experiments,
         )
         for nr in noise_ratios
         for n in n_points
@@ -534,6 +615,8 @@ def run_coverage(
     ]
 
     config = _config(prob, seed, level, fit_options, sample_options)
+    if experiments is not None:  # absent from single-experiment stores, which stay valid
+        config["experiments"] = json.dumps(_jsonable(list(experiments)))
     st = _Store(store, config) if store is not None else None
     done = st.load() if st is not None else {}
     # A finished run counts only if it has every interval now asked for; a rerun computes the

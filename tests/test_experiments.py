@@ -9,6 +9,7 @@ import pytest
 import scipy.linalg as sla
 
 import pymc_wendy as pw
+from pymc_wendy.coverage import _data_seed
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.test_functions import build_test_functions
 
@@ -203,3 +204,33 @@ def test_several_experiments_bad_input_is_named():
         JointLikelihood([a, positive])
     with pytest.raises(ValueError, match="at least one experiment"):
         JointLikelihood([])
+
+
+def test_coverage_study_of_several_experiments(tmp_path):
+    exps = [{}, {"u0": [2.0, 0.5], "n_points": 65}]
+    kw = dict(
+        methods=["mle-hessian", "wls-sandwich"],
+        noise_ratios=[0.05],
+        n_points=[129],
+        n_datasets=3,
+        max_workers=1,
+        progress=False,
+        experiments=exps,
+    )
+    ds = pw.run_coverage("lotka_volterra", store=tmp_path, **kw)
+    assert ds.sizes["dataset"] == 3 and bool(ds.success.all())
+    assert np.all(np.isfinite(ds.fsim_error.values))
+    # each run is the joint fit of its experiments' data, reproducible from its seed
+    seeds = np.random.SeedSequence(_data_seed(0, 0.05, 129, 1)).generate_state(2)
+    d1 = LV.simulate(n_points=129, noise_ratio=0.05, seed=int(seeds[0]))
+    d2 = LV.simulate(n_points=65, noise_ratio=0.05, seed=int(seeds[1]), u0=[2.0, 0.5])
+    res = pw.fit(LV.model, [d1.t, d2.t], [d1.U, d2.U], bounds=LV.bounds)
+    est = ds.estimate.sel(estimator="mle-hessian", noise_ratio=0.05, n_points=129, dataset=1)
+    np.testing.assert_allclose(est.values, res.x, rtol=1e-10)
+    # the store remembers the experiments: another design is another study
+    with pytest.raises(ValueError, match="different settings"):
+        pw.run_coverage("lotka_volterra", store=tmp_path, **{**kw, "experiments": exps[:1]})
+    with pytest.raises(ValueError, match="studies of several experiments"):
+        pw.run_coverage("lotka_volterra", **{**kw, "methods": ["oels"]})
+    with pytest.raises(ValueError, match="experiment 1: u0 must be 2 finite values"):
+        pw.run_coverage("lotka_volterra", **{**kw, "experiments": [{}, {"u0": [1.0]}]})

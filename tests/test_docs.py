@@ -27,6 +27,17 @@ def test_readme_examples_recover_lotka_volterra(capsys):
     assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
 
 
+def test_readme_several_experiments_example():
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    exec(blocks[0], namespace)  # noqa: S102
+    exec(blocks[4], namespace)  # noqa: S102
+    joint, single = namespace["joint"], namespace["res"]
+    assert joint.success and joint.n_experiments == 2
+    assert np.all(joint.stderr < single.stderr)
+    np.testing.assert_allclose(joint.x, [3, -1, -6, 1], rtol=0.1)
+
+
 @pytest.mark.slow
 def test_readme_tempering_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)

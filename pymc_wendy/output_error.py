@@ -156,15 +156,53 @@ class _Problem:
         return self._solve(theta)[1]
 
 
+class _JointProblem:
+    """Several experiments sharing ``p``: ``theta = (p, u0_1, ..., u0_E)``; residuals
+    concatenated, the Jacobian block-sparse (experiment ``e`` sees ``p`` and its ``u0_e``)."""
+
+    def __init__(self, problems: list[_Problem]):
+        self.problems = problems
+        self.J, self.D = problems[0].J, problems[0].D
+
+    @property
+    def n_failed(self) -> int:
+        return sum(pr.n_failed for pr in self.problems)
+
+    def _split(self, theta: np.ndarray) -> list[np.ndarray]:
+        J, D = self.J, self.D
+        return [
+            np.concatenate([theta[:J], theta[J + e * D : J + (e + 1) * D]])
+            for e in range(len(self.problems))
+        ]
+
+    def _solve(self, theta: np.ndarray):
+        J, D = self.J, self.D
+        parts = [pr._solve(th) for pr, th in zip(self.problems, self._split(theta), strict=True)]
+        res = np.concatenate([r for r, _ in parts])
+        jac = np.zeros((res.size, theta.size))
+        row = 0
+        for e, (r, jc) in enumerate(parts):
+            jac[row : row + r.size, :J] = jc[:, :J]
+            jac[row : row + r.size, J + e * D : J + (e + 1) * D] = jc[:, J:]
+            row += r.size
+        return res, jac
+
+    def residual(self, theta):
+        return self._solve(theta)[0]
+
+    def jacobian(self, theta):
+        return self._solve(theta)[1]
+
+
 def output_error(
     model: ODEModel,
-    t: np.ndarray,
-    U: np.ndarray,
+    t,
+    U,
     p0: np.ndarray,
-    u0: np.ndarray,
+    u0,
     *,
     noise: str = "normal",
-    sigma: np.ndarray,
+    sigma,
     bounds: tuple[np.ndarray, np.ndarray] | None = None,
     solver: Mapping | None = None,
     options: Mapping | None = None,
@@ -175,17 +213,29 @@ def output_error(
     the residuals (``log U`` for log-normal noise); ``bounds`` optional ``(lower, upper)`` for
     ``p`` (``u0`` is unbounded). ``options`` go to :func:`scipy.optimize.least_squares`
     (default trust-region reflective, ``max_nfev=200``, ``x_scale="jac"``).
+
+    Several experiments sharing ``p``: ``t`` and ``U`` lists, ``u0`` and ``sigma`` of shape
+    (E, D); each experiment has its own initial state (``u0`` of the result is then (E, D)).
     """
     start = time.perf_counter()
-    log = noise == "lognormal"
-    Z = np.log(U) if log else U
-    scale = np.sqrt(np.mean(Z**2, axis=0))
-    s = np.maximum(sigma, 1e-12 * np.maximum(scale, 1e-300))
-    prob = _Problem(model, t, Z, log, 1.0 / s, {**DEFAULT_SOLVER, **(solver or {})})
+    several = isinstance(t, list | tuple)
+    ts, Us = (list(t), list(U)) if several else ([t], [U])
+    E = len(ts)
     J, D = model.n_params, model.n_states
-    theta0 = np.concatenate([p0, u0])
-    lo = np.full(J + D, -np.inf)
-    hi = np.full(J + D, np.inf)
+    u0s = np.asarray(u0, dtype=float).reshape(E, D)
+    sigmas = np.broadcast_to(np.asarray(sigma, dtype=float), (E, D))
+    log = noise == "lognormal"
+    opts_solver = {**DEFAULT_SOLVER, **(solver or {})}
+    problems = []
+    for te, Ue, se in zip(ts, Us, sigmas, strict=True):
+        Z = np.log(Ue) if log else Ue
+        scale = np.sqrt(np.mean(Z**2, axis=0))
+        s = np.maximum(se, 1e-12 * np.maximum(scale, 1e-300))
+        problems.append(_Problem(model, te, Z, log, 1.0 / s, opts_solver))
+    prob = _JointProblem(problems) if several else problems[0]
+    theta0 = np.concatenate([p0, u0s.ravel()])
+    lo = np.full(theta0.size, -np.inf)
+    hi = np.full(theta0.size, np.inf)
     if bounds is not None:
         lo[:J], hi[:J] = bounds
         # trf needs a strictly feasible start
@@ -194,14 +244,19 @@ def output_error(
     opts = {"method": "trf", "x_scale": "jac", "max_nfev": 200, **(options or {})}
     res = optimize.least_squares(prob.residual, theta0, jac=prob.jacobian, bounds=(lo, hi), **opts)
     resid, jac = prob._solve(res.x)
-    failed_at_end = bool(np.all(resid == _FAILED_RESIDUAL))
-    success = bool(res.success) and not failed_at_end
+    blocks = np.split(resid, np.cumsum([pr.Z.size for pr in problems])[:-1])
+    failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
+    failed_at_end = all(failed)
+    success = bool(res.success) and not any(failed)
     message = res.message
     if failed_at_end:
         message = "the forward solve fails at every point the optimiser reached"
+    elif any(failed):
+        which = [e for e, f in enumerate(failed) if f]
+        message = f"the forward solve of experiments {which} fails at the result; {message}"
     return OutputErrorFit(
         p=res.x[:J].copy(),
-        u0=res.x[J:].copy(),
+        u0=res.x[J:].reshape(E, D).copy() if several else res.x[J:].copy(),
         cost=float(0.5 * resid @ resid),
         jacobian=jac,
         n_residuals=resid.size,
@@ -238,27 +293,33 @@ def estimate_initial_state(
             p = wendy_mle(lik, weak_least_squares(lik)).x
         except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
             return _from_log(start, lik.noise)
+    return _fit_initial_state(lik.base_model, t, X, lik.noise, p, solver)
+
+
+def _fit_initial_state(model: ODEModel, t, X, noise: str, p, solver=None) -> np.ndarray:
+    """``u0`` fitted to the first quarter of ``X`` (the data on the likelihood's scale)."""
     n = max(10, t.size // 4)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
 
     def residual(x0):
         try:
-            U = solve(lik.base_model, p, _from_log(x0, lik.noise), t[:n], **opts)
+            U = solve(model, p, _from_log(x0, noise), t[:n], **opts)
         except (SimulationError, ValueError):
             return np.full(n * X.shape[1], 1e6)
-        Z = np.log(np.maximum(U, 1e-300)) if lik.noise == "lognormal" else U
+        Z = np.log(np.maximum(U, 1e-300)) if noise == "lognormal" else U
         return (Z - X[:n]).ravel()
 
     # A noisy local fit can put a state's start where the solution blows up (a predator
     # population below zero): then the solve fails everywhere near it and least squares
     # cannot move. Start from the best of a few data-based guesses instead.
+    start = _local_quadratic_start(t, X)
     guesses = [start, X[0], X[: min(5, n)].mean(axis=0), np.median(X[:n], axis=0)]
     costs = [float(np.sum(residual(g) ** 2)) for g in guesses]
     best = guesses[int(np.argmin(costs))]
     fit = optimize.least_squares(residual, best, x_scale="jac")
     if fit.success and 2 * fit.cost <= min(costs):
-        return _from_log(fit.x, lik.noise)
-    return _from_log(best, lik.noise)
+        return _from_log(fit.x, noise)
+    return _from_log(best, noise)
 
 
 def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:

@@ -371,7 +371,7 @@ class FitResult:
     @property
     def n_experiments(self) -> int:
         """Number of experiments fitted (1 for a single time series)."""
-        return self.likelihood.n_experiments if isinstance(self.likelihood, JointLikelihood) else 1
+        return len(self.t) if isinstance(self.t, tuple) else 1
 
     def diagnostics(self):
         """Per-experiment diagnostics at the estimate, an :class:`xarray.Dataset` over
@@ -400,26 +400,36 @@ class FitResult:
         return self._oe_covariance is not None if kind == "oe" else self.likelihood is not None
 
     # --- trajectory ----------------------------------------------------------------------
-    def simulate(self, t=None, u0=None, **solver) -> np.ndarray:
+    def simulate(self, t=None, u0=None, experiment: int | None = None, **solver) -> np.ndarray:
         """The fitted trajectory ``u(t; x, u0)``, shape (len(t), D).
 
         ``t`` defaults to the data times (it must start at the data's first time unless
         ``u0`` is given for ``t[0]``); ``u0`` to the fitted initial state (for weak-form
         estimates it is fitted once to the first quarter of the data with ``p`` held at the
         estimate, :func:`pymc_wendy.estimate_initial_state`). ``solver`` options go to
-        :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``).
+        :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``). For several experiments,
+        ``experiment`` (an index) says whose times and initial state.
         """
         from pymc_wendy.output_error import DEFAULT_SOLVER, estimate_initial_state
         from pymc_wendy.problems import solve
 
-        t = self.t if t is None else np.asarray(t, dtype=float)
+        E = self.n_experiments
+        if E > 1 and experiment is None:
+            raise ValueError(f"this fit has {E} experiments: pass experiment=0..{E - 1}")
+        if experiment is not None and not 0 <= int(experiment) < E:
+            raise ValueError(f"experiment must be in 0..{E - 1}; got {experiment}")
+        e = 0 if experiment is None else int(experiment)
+        t_data = self.t[e] if E > 1 else self.t
+        t = t_data if t is None else np.asarray(t, dtype=float)
         if u0 is None:
-            if t[0] != self.t[0]:
+            if t[0] != t_data[0]:
                 raise ValueError(
-                    f"t starts at {t[0]:g}, not at the data's first time {self.t[0]:g}; "
+                    f"t starts at {t[0]:g}, not at the data's first time {t_data[0]:g}; "
                     "pass u0 for that time"
                 )
             if self.u0 is None:
-                self.u0 = estimate_initial_state(self.likelihood, self.x)
-            u0 = self.u0
+                liks = self.likelihood.experiments if E > 1 else [self.likelihood]
+                u0s = [estimate_initial_state(lik, self.x) for lik in liks]
+                self.u0 = np.array(u0s) if E > 1 else u0s[0]
+            u0 = self.u0[e] if E > 1 else self.u0
         return solve(self.model, self.x, u0, t, **{**DEFAULT_SOLVER, **solver})

@@ -193,8 +193,8 @@ def test_several_experiments_bad_input_is_named():
         pw.fit(LV.model, [t1, t2], [U1, U2], sigma=[0.1, 0.1, 0.1])
     with pytest.raises(ValueError, match="experiment 1: .*"):
         pw.fit(LV.model, [t1, t2], [U1, U2[:-1]])
-    with pytest.raises(ValueError, match="output error over several experiments"):
-        pw.fit(LV.model, [t1, t2], [U1, U2], method="oels", p0=LV.p_true)
+    with pytest.raises(ValueError, match="u0 must be 2 x 2 .one row per experiment"):
+        pw.fit(LV.model, [t1, t2], [U1, U2], method="oels", u0=[1.0, 1.0])
     a = pw.WeakLikelihood(LV.model, t1, U1)
     (t3,), (U3,) = _experiments(FHN, [(None, 129, 1, 3)])
     with pytest.raises(ValueError, match="experiment 1 has a different model"):
@@ -209,7 +209,7 @@ def test_several_experiments_bad_input_is_named():
 def test_coverage_study_of_several_experiments(tmp_path):
     exps = [{}, {"u0": [2.0, 0.5], "n_points": 65}]
     kw = dict(
-        methods=["mle-hessian", "wls-sandwich"],
+        methods=["mle-hessian", "wls-sandwich", "oels"],
         noise_ratios=[0.05],
         n_points=[129],
         n_datasets=3,
@@ -230,7 +230,57 @@ def test_coverage_study_of_several_experiments(tmp_path):
     # the store remembers the experiments: another design is another study
     with pytest.raises(ValueError, match="different settings"):
         pw.run_coverage("lotka_volterra", store=tmp_path, **{**kw, "experiments": exps[:1]})
-    with pytest.raises(ValueError, match="studies of several experiments"):
-        pw.run_coverage("lotka_volterra", **{**kw, "methods": ["oels"]})
     with pytest.raises(ValueError, match="experiment 1: u0 must be 2 finite values"):
         pw.run_coverage("lotka_volterra", **{**kw, "experiments": [{}, {"u0": [1.0]}]})
+
+
+@pytest.mark.parametrize("method", ["oels", "hybrid"])
+def test_output_error_over_several_experiments(lv_data, method):
+    ts, Us = lv_data
+    res = pw.fit(LV.model, ts, Us, method=method)
+    assert res.success and res.u0.shape == (3, 2)
+    # each experiment keeps its own initial state
+    for e, u0 in enumerate([(1.0, 1.0), (2.0, 0.5), (0.6, 1.6)]):
+        np.testing.assert_allclose(res.u0[e], u0, atol=0.2)
+        traj = res.simulate(experiment=e)
+        assert traj.shape == Us[e].shape
+    np.testing.assert_allclose(res.x, LV.p_true, rtol=0.05)
+    # more data, smaller errors than output error on the first experiment alone
+    one = pw.fit(LV.model, ts[0], Us[0], method=method)
+    assert np.all(res.stderr < one.stderr)
+    with pytest.raises(ValueError, match="pass experiment="):
+        res.simulate()
+
+
+def test_joint_output_error_residual_jacobian_and_optimum(lv_data):
+    # against residuals built here from plain forward solves, experiment by experiment
+    from pymc_wendy.output_error import output_error
+
+    ts, Us = lv_data
+    sig = np.array([pw.estimate_noise(U) for U in Us])
+    u0 = np.array([d[0] for d in LV_DESIGNS])
+    fit = output_error(LV.model, ts, Us, LV.p_true * 1.05, u0 * 1.1, sigma=sig)
+    assert fit.success and fit.u0.shape == (3, 2)
+
+    def stacked(theta):
+        out = []
+        for e in range(3):
+            U = pw.solve(
+                LV.model, theta[:4], theta[4 + 2 * e : 6 + 2 * e], ts[e], rtol=1e-11, atol=1e-12
+            )
+            out.append(((U - Us[e]) / sig[e]).ravel())
+        return np.concatenate(out)
+
+    theta = np.concatenate([fit.p, fit.u0.ravel()])
+    r = stacked(theta)
+    assert fit.cost == pytest.approx(0.5 * r @ r, rel=1e-5)
+    fd = np.empty_like(fit.jacobian)
+    for k in range(theta.size):
+        h = 1e-6 * max(abs(theta[k]), 1.0)
+        e = np.zeros_like(theta)
+        e[k] = h
+        fd[:, k] = (stacked(theta + e) - stacked(theta - e)) / (2 * h)
+    np.testing.assert_allclose(fit.jacobian, fd, rtol=1e-4, atol=1e-5 * np.abs(fd).max())
+    # first-order optimality of the joint fit, every block (p and each u0)
+    g = fd.T @ r
+    assert np.abs(g).max() < 1e-4 * np.linalg.norm(fd, axis=0).max() * np.linalg.norm(r)

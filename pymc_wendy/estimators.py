@@ -600,12 +600,17 @@ def _is_scalar(v) -> bool:
     return not isinstance(v, list | tuple) and np.ndim(v) == 0
 
 
+def _is_one_test_function_spec(v) -> bool:
+    """Options, ready test functions, or one ``(phi, dphi)`` pair of matrices."""
+    if isinstance(v, Mapping | TestFunctions):
+        return True
+    return isinstance(v, list | tuple) and len(v) == 2 and all(np.ndim(m) == 2 for m in v)
+
+
 def _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge) -> JointLikelihood:
     E = len(t)
     sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
-    specs = _per_experiment(
-        test_functions, E, "test_functions", lambda v: isinstance(v, Mapping | TestFunctions)
-    )
+    specs = _per_experiment(test_functions, E, "test_functions", _is_one_test_function_spec)
     experiments = []
     for i in range(E):
         try:

@@ -22,7 +22,12 @@ from scipy import stats
 
 from pymc_wendy import kernels
 from pymc_wendy._threads import single_blas_thread
-from pymc_wendy.likelihood import WeakLikelihood, _gls_covariance, _inverse_information
+from pymc_wendy.likelihood import (
+    WeakLikelihood,
+    _check_tilt,
+    _gls_covariance,
+    _inverse_information,
+)
 from pymc_wendy.ode import ODEModel
 
 __all__ = ["JointLikelihood", "diagnose", "same_model"]
@@ -173,9 +178,7 @@ class JointLikelihood:
         if self.correction_method is not None:
             raise ValueError("this likelihood is already bias-corrected")
         J = self.model.n_params
-        tilt = np.array(tilt, dtype=float).reshape(-1)
-        if tilt.shape != (J,) or not np.all(np.isfinite(tilt)):
-            raise ValueError(f"tilt must be {J} finite values; got {tilt}")
+        tilt = _check_tilt(tilt, J)
         reference = self._p(reference).copy()
         new = copy.copy(self)
         # each experiment carries its quadratic form and its share of l(reference); the tilt

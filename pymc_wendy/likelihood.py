@@ -188,10 +188,7 @@ class WeakLikelihood:
         """
         if self._correction is not None:
             raise ValueError("this likelihood is already bias-corrected")
-        J = self.model.n_params
-        tilt = np.array(tilt, dtype=float).reshape(-1)
-        if tilt.shape != (J,) or not np.all(np.isfinite(tilt)):
-            raise ValueError(f"tilt must be {J} finite values; got {tilt}")
+        tilt = _check_tilt(tilt, self.model.n_params)
         reference = self._p(reference).copy()
         ev = self._evaluation(reference, self.sigma**2)
         new = copy.copy(self)
@@ -393,3 +390,11 @@ def _inverse_information(H: np.ndarray) -> np.ndarray:
         ) from None
     Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
     return Li.T @ Li
+
+
+def _check_tilt(tilt, J: int) -> np.ndarray:
+    """A bias correction's tilt as ``J`` finite values, or a clear error."""
+    tilt = np.array(tilt, dtype=float).reshape(-1)
+    if tilt.shape != (J,) or not np.all(np.isfinite(tilt)):
+        raise ValueError(f"tilt must be {J} finite values; got {tilt}")
+    return tilt

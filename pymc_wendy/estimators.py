@@ -197,8 +197,10 @@ def _mle_run(args) -> dict:
 
     With bounds, the unconstrained trust-region Newton method runs first: when its minimum
     lies inside the box it is also the constrained one, and it needs a fraction of the
-    Hessian evaluations of ``trust-constr`` (measured: 29 against 112-169 on Goodwin 3D). Only
-    when it leaves the box does ``trust-constr`` (interior point) run, from the start.
+    Hessian evaluations of ``trust-constr`` (measured: 29 against 112-169 on Goodwin 3D). When
+    it leaves the box, Newton steps over the parameters off their bounds follow
+    (:func:`_active_set_newton`); only if those do not settle does ``trust-constr`` (interior
+    point) run, from the start.
     """
     lik, start, bounds, options = args
     options = dict(options)
@@ -218,6 +220,11 @@ def _mle_run(args) -> dict:
         )
         nit, nfev = int(res.nit), int(res.nfev)
         inside = bounds is None or bool(np.all((res.x >= bounds[0]) & (res.x <= bounds[1])))
+        if not inside:
+            active = _active_set_newton(fun, hess, res.x, bounds, options)
+            if active is not None:
+                res, inside = active, True
+                nit, nfev = nit + int(res.nit), nfev + int(res.nfev)
         if not inside:
             opts = {"maxiter": 1000, "gtol": 1e-8, "xtol": 1e-12, **_subset(options, _TRUST_CONSTR)}
             res = optimize.minimize(
@@ -245,6 +252,70 @@ def _mle_run(args) -> dict:
         "nfev": nfev,
         "start": np.asarray(start, dtype=float),
     }
+
+
+def _active_set_newton(fun, hess, x, bounds, options) -> optimize.OptimizeResult | None:
+    """Trust-region Newton over the parameters off their bounds, the others held at them.
+
+    Started from the unconstrained minimum clipped into the box: the components it pushed
+    out are held at their bounds, the rest minimised (``trust-exact`` on the reduced
+    problem); a component that leaves the box is added to the held set, and a held one whose
+    gradient points into the box (a KKT violation) is released, the largest first. Returns
+    None when that does not settle (then ``trust-constr`` runs). On Goodwin 2D at 5 % noise,
+    where the MLE sits on a bound, it reaches ``trust-constr``'s optimum in a fraction of its
+    time (``docs/performance.md``).
+    """
+    lo, hi = bounds
+    x = np.clip(x, lo, hi)
+    held = (x <= lo) | (x >= hi)
+    opts = {"maxiter": 200, **_subset(options, _TRUST_EXACT)}
+    nit = nfev = 0
+    res = None
+    for _ in range(2 * x.size + 2):
+        free = ~held
+        if free.any():
+            base = x.copy()
+
+            def f_free(z, base=base, free=free):
+                y = base.copy()
+                y[free] = z
+                value, grad = fun(y)
+                return value, grad[free]
+
+            def h_free(z, base=base, free=free):
+                y = base.copy()
+                y[free] = z
+                return hess(y)[np.ix_(free, free)]
+
+            if not np.isfinite(fun(x)[0]):
+                return None
+            res = optimize.minimize(
+                f_free, x[free], jac=True, hess=h_free, method="trust-exact", options=opts
+            )
+            nit, nfev = nit + int(res.nit), nfev + int(res.nfev)
+            x = base.copy()
+            x[free] = res.x
+            out = free & ((x < lo) | (x > hi))
+            if out.any():
+                x = np.clip(x, lo, hi)
+                held |= out
+                continue
+        value, grad = fun(x)
+        wrong = held & (((x <= lo) & (grad < 0)) | ((x >= hi) & (grad > 0)))
+        if not wrong.any():
+            ok = res is None or bool(res.success)
+            return optimize.OptimizeResult(
+                x=x,
+                fun=value,
+                jac=grad,
+                success=ok,
+                message=f"active-set Newton, {int(held.sum())} parameter(s) at a bound"
+                + ("" if res is None else f" ({res.message})"),
+                nit=nit,
+                nfev=nfev,
+            )
+        held[np.argmax(np.where(wrong, np.abs(grad), -np.inf))] = False
+    return None
 
 
 def _subset(options: Mapping, keys: set[str]) -> dict:

@@ -366,3 +366,24 @@ def test_non_convergence_warns_and_says_so(lv_lik):
         res = pw.fit(lv_lik, p0=[1.0, 1.0, 1.0, 1.0], options={"maxiter": 1, "warm_start": False})
     assert not res.success and res.status == "not_converged"
     assert any(issubclass(w.category, pw.FitWarning) for w in caught)
+
+
+@pytest.mark.parametrize("bound", [(0.0, 0.9), (1.1, 3.0)], ids=["upper", "lower"])
+def test_bounded_mle_on_a_bound_matches_interior_point(monkeypatch, bound):
+    # the MLE pushed onto a bound: the active-set Newton path against trust-constr
+    from pymc_wendy import estimators
+
+    prob = pw.get_problem("logistic")
+    data = prob.simulate(n_points=257, noise_ratio=0.05, seed=3)
+    bounds = [bound, (0.0, 10.0)]
+    fast = pw.fit(prob.model, data.t, data.U, bounds=bounds)
+    assert fast.success and "active-set Newton" in fast.message
+    at = bound[1] if bound[1] < 1 else bound[0]
+    assert fast.x[0] == at
+    value, grad = fast.likelihood.nll_grad(fast.x)
+    assert abs(grad[1]) < 1e-4 * abs(grad[0])  # the free parameter is stationary
+    assert np.sign(grad[0]) == (-1 if at == bound[1] else 1)  # the bound holds it back
+    monkeypatch.setattr(estimators, "_active_set_newton", lambda *a, **k: None)
+    slow = pw.fit(prob.model, data.t, data.U, bounds=bounds)
+    np.testing.assert_allclose(fast.x, slow.x, rtol=1e-6)
+    assert fast.nll <= slow.nll + 1e-8

@@ -466,6 +466,11 @@ class ODEModel:
         """
         if self.transform == "log":
             raise ValueError("the model is already log-transformed")
+        # derived once per model: the sympy simplification and the code generation cost
+        # about 0.8 s, which every log-normal WeakLikelihood (every fit) would pay again
+        cached = self.__dict__.get("_log_model")
+        if cached is not None:
+            return cached
         subs = {ud: sp.exp(ud) for ud in self._u}
         exprs = [
             sp.simplify(sp.powsimp(sp.expand(e.xreplace(subs) * sp.exp(-ud))))
@@ -473,4 +478,5 @@ class ODEModel:
         ]
         obj = ODEModel.from_expressions(exprs, self.states, self.params, name=self.name)
         obj.transform = "log"
+        self._log_model = obj
         return obj

@@ -179,3 +179,17 @@ def test_models_pickle_for_process_pools():
     model.f([0.0], [[2.0]], [1.0])  # compile once before pickling
     clone = pickle.loads(pickle.dumps(model.log_transformed()))
     np.testing.assert_allclose(clone.f([0.0], [[np.log(2.0)]], [1.0]), [[-2.0]])
+
+
+def test_log_transformed_model_is_derived_once_and_pickles():
+    import pickle
+
+    import pymc_wendy as pw
+
+    model = pw.get_problem("goodwin_3d").model
+    log_model = model.log_transformed()
+    assert model.log_transformed() is log_model
+    copy = pickle.loads(pickle.dumps(model))
+    assert [str(e) for e in copy.log_transformed().expressions] == [
+        str(e) for e in log_model.expressions
+    ]

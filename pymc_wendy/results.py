@@ -359,11 +359,10 @@ class FitResult:
                 ),
             },
         )
-        per_experiment = ("experiment", "state")[2 - np.ndim(self.sigma) :]
-        if np.ndim(self.sigma) == 2:
-            ds["sigma"] = (per_experiment, self.sigma)
+        if np.ndim(self.sigma) == 2:  # several experiments: a row each (not an attribute)
+            ds["sigma"] = (("experiment", "state"), self.sigma)
         if self.u0 is not None:
-            ds["u0"] = (("experiment", "state")[2 - np.ndim(self.u0) :], self.u0)
+            ds["u0"] = (("experiment", "state")[-np.ndim(self.u0) :], self.u0)
         if "state" in ds.dims:
             ds = ds.assign_coords(state=list(self.model.states))
         return ds

@@ -299,6 +299,9 @@ def worker_rk4(args) -> None:
                     cores=args.cores,
                     random_seed=args.seed,
                     nuts_sampler="nutpie",
+                    # start at the prior centre like the other peers: nutpie's jitter of
+                    # +-1 on p5 = 0.11 starts chains in other basins of the rugged likelihood
+                    compile_kwargs={"jitter_rvs": set()},
                     discard_tuned_samples=False,
                     progressbar=False,
                 )
@@ -339,7 +342,7 @@ def worker_pmode(args) -> None:
         # PyMC calls this in the parent for every draw of every chain, tuning included, so the
         # gradient count survives a kill at the budget
         stats = draw.stats[0] if isinstance(draw.stats, list | tuple) else draw.stats
-        n = float(stats.get("n_steps", 0))
+        n = float(stats.get("tree_size", stats.get("n_steps", 0)))  # the step's raw stats
         counts["grads"] += n
         if counts["first"] is None:
             counts["first"] = time.perf_counter() - t_start
@@ -372,6 +375,7 @@ def worker_pmode(args) -> None:
                 cores=args.cores,
                 random_seed=args.seed,
                 nuts_sampler="pymc",
+                init="adapt_diag",  # the prior centre, no jitter (as the other peers)
                 callback=callback,
                 progressbar=False,
                 compute_convergence_checks=False,

@@ -40,13 +40,13 @@ import pytensor
 import pytensor.tensor as pt
 import xarray as xr
 from pymc.blocking import DictToArrayBijection
-from scipy import optimize
 
 from pymc_wendy import _threads
 from pymc_wendy.distribution import _is_symbolic, _params_vector
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import WeakLikelihoodError
+from pymc_wendy.whitening import NotPositiveDefinite, posterior_mode, to_model_trace, whitened_model
 
 __all__ = ["initial_values", "laplace", "sample"]
 
@@ -162,6 +162,7 @@ def sample(
     *,
     model: pm.Model | None = None,
     initvals: dict | None = None,
+    whiten: bool | str = "auto",
     blas_threads: int | None = 1,
     **kwargs,
 ):
@@ -175,6 +176,15 @@ def sample(
         Defaults to the model on the context stack.
     initvals : dict, optional
         Starting values; they override :func:`initial_values` variable by variable.
+    whiten : bool or "auto"
+        Sample in whitened coordinates (:mod:`pymc_wendy.whitening`): the unconstrained free
+        variables written as ``mode + L z`` with ``L L^T`` the inverse Hessian at the
+        posterior mode, found from the starting values before sampling. The chains start at
+        the mode and tuning is shorter (``tune`` defaults to :data:`WHITENED_TUNE`). The
+        trace is in the model's variables. ``"auto"`` whitens when every free variable has a
+        starting value (from :func:`initial_values` or ``initvals``: the usual model of
+        parameters and noise levels, not a hierarchical one whose hyperparameters have none)
+        and the Hessian there is positive definite; ``True`` raises where it is not.
     blas_threads : int or None
         BLAS threads while sampling (None leaves the library default).
     **kwargs
@@ -185,16 +195,29 @@ def sample(
     Returns
     -------
     xarray.DataTree
-        The ArviZ result of :func:`pymc.sample`.
+        The ArviZ result of :func:`pymc.sample`. A whitened run's ``posterior.attrs`` has
+        ``whitened = 1``.
     """
+    if whiten not in (True, False, "auto"):
+        raise ValueError(f"whiten must be True, False or 'auto'; got {whiten!r}")
     model = pm.modelcontext(model)
     kwargs.setdefault("cores", min(4, _usable_cpus()))
     start = {**initial_values(model), **(initvals or {})}
     started = {model[name] for name in start}
+    target, log_likelihood = model, False
+    if whiten is True or (whiten == "auto" and started >= set(model.free_RVs)):
+        with _threads.blas_threads(blas_threads):
+            target = _whitened(model, start, required=whiten is True)
+    if target is not model:
+        kwargs.setdefault("tune", WHITENED_TUNE)
+        idata_kwargs = dict(kwargs.pop("idata_kwargs", None) or {})
+        log_likelihood = bool(idata_kwargs.pop("log_likelihood", False))
+        kwargs["idata_kwargs"] = idata_kwargs
+        start, started = {}, set(target.free_RVs)  # the whitened origin is the mode
     sampler = kwargs.get("nuts_sampler") or ("nutpie" if _has_nutpie() else "pymc")
     if sampler == "nutpie":
         compile_kwargs = dict(kwargs.pop("compile_kwargs", None) or {})
-        compile_kwargs.setdefault("jitter_rvs", set(model.free_RVs) - started)
+        compile_kwargs.setdefault("jitter_rvs", set(target.free_RVs) - started)
         kwargs["compile_kwargs"] = compile_kwargs
         nuts = dict(kwargs.pop("nuts", None) or {})
         nuts.setdefault("adaptation", "low_rank")
@@ -202,10 +225,30 @@ def sample(
         # nutpie's chains are threads sharing one BLAS, whose thread count pm.sample sets to
         # ``blas_cores`` ("auto" = cores); PyMC's own sampler already gives each process one
         kwargs.setdefault("blas_cores", blas_threads)
-    elif sampler == "pymc" and started >= set(model.free_RVs):
+    elif sampler == "pymc" and started >= set(target.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
     with _threads.blas_threads(blas_threads):
-        return pm.sample(draws, model=model, initvals=start or None, **kwargs)
+        idata = pm.sample(draws, model=target, initvals=start or None, **kwargs)
+    if target is not model:
+        idata = to_model_trace(idata, model, log_likelihood=log_likelihood)
+        idata.posterior.attrs["whitened"] = 1
+    return idata
+
+
+#: ``pw.sample``'s default tuning iterations per chain when it whitens (PyMC's: 1000)
+WHITENED_TUNE = 300
+
+
+def _whitened(model: pm.Model, start: dict, required: bool) -> pm.Model:
+    """The whitened model at the posterior mode found from ``start``, or ``model`` itself
+    where the Hessian there is not positive definite (an error if ``required``)."""
+    try:
+        mode, H, _ = posterior_mode(model, _unconstrained_point(model, start))
+    except NotPositiveDefinite as err:
+        if required:
+            raise ValueError(f"cannot whiten: {err}") from None
+        return model
+    return whitened_model(model, mode, H)[0]
 
 
 def _usable_cpus() -> int:
@@ -272,32 +315,13 @@ def laplace(
     """
     model = pm.modelcontext(model)
     point = _unconstrained_point(model, {**initial_values(model), **(initvals or {})})
-    x0 = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars})
-    logp_dlogp = model.logp_dlogp_function(ravel_inputs=True)
-    logp_dlogp.set_extra_values({})
-
-    def neg(x):
-        value, grad = logp_dlogp(x)
-        return -float(value), -np.asarray(grad, dtype=float)
-
-    with _threads.one_blas_thread():
-        res = optimize.minimize(neg, x0.data, jac=True, method="L-BFGS-B")
-        x = res.x
-        n = x.size
-        h = rel_step * np.maximum(1.0, np.abs(x))
-        H = np.empty((n, n))
-        for i in range(n):  # n is the number of parameters: a handful of gradient calls
-            e = np.zeros(n)
-            e[i] = h[i]
-            H[:, i] = (neg(x + e)[1] - neg(x - e)[1]) / (2 * h[i])
-    H = 0.5 * (H + H.T)
     try:
-        chol = np.linalg.cholesky(H)
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            "the negative log-posterior's Hessian at the optimum is not positive definite: "
-            f"no Laplace approximation there (optimiser: {res.message})"
-        ) from None
+        mode, H, res = posterior_mode(model, point, rel_step)
+    except NotPositiveDefinite as err:
+        raise ValueError(f"{err}: no Laplace approximation there") from None
+    x0, x = mode, mode.data
+    n = x.size
+    chol = np.linalg.cholesky(H)
     cov = np.linalg.inv(H)
     rng = np.random.default_rng(random_seed)
     # x + L^{-T} z has covariance (L L^T)^{-1} = H^{-1}

@@ -47,8 +47,9 @@ Run:  python benchmarks/peers.py [--quick] [--cases fhn,lv,lorenz] [--chains 2 -
           --draws 500] [--samplers ours,numpyro,rk4,pmode] [--budget 900] [--budget-pmode 480]
           [--json PATH]
 
-``--quick``: one chain per sampler, 150 tuning steps + 150 draws, ours and numpyro only, a 40 s
-budget per peer; prints one line per case with the ESS/s ratio (under 3 minutes in total).
+``--quick``: one chain per sampler, 100 tuning steps + 100 draws, ours and numpyro only, side by
+side (one core each), a 50 s budget per sampler and case, so at most about 160 s in all; prints
+one line per case with the ESS/s ratio (a lower bound when numpyro did not finish).
 """
 
 from __future__ import annotations
@@ -736,7 +737,7 @@ def quick_line(info: dict, results: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="1 chain, 150 + 150, ours and numpyro")
+    ap.add_argument("--quick", action="store_true", help="1 chain, 100 + 100, ours and numpyro")
     ap.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {list(CASES)}")
     ap.add_argument("--samplers", default=None, help=f"comma-separated of {list(SAMPLERS)}")
     ap.add_argument("--chains", type=int, default=None)
@@ -768,8 +769,8 @@ def main(argv=None) -> int:
 
     quick_defaults = {
         "chains": 1,
-        "tune": 150,
-        "draws": 150,
+        "tune": 100,
+        "draws": 100,
         "budget": 50.0,
         "budget_pmode": 0,
         "parallel": 2,

@@ -1,8 +1,8 @@
 """``benchmarks/peers.py --quick``: ours against numpyro + diffrax, one line per case.
 
-Needs the ``peers`` extra (jax, numpyro, diffrax); skipped without it, which is the case in
-the default environment and in CI. It samples every case twice (about 3 minutes), so it is
-also marked ``slow``.
+Needs the ``peers`` extra (jax, numpyro, diffrax) and is skipped at once without it, as in the
+default environment and in CI, so it costs the default run nothing there. With the extra it
+runs (under 3 minutes: ``--quick`` samples each case once per sampler under a time budget).
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "peers.py"
 CASES = ("fhn", "lv", "lorenz")
-
-pytestmark = pytest.mark.slow
 
 
 def _missing() -> list[str]:

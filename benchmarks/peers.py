@@ -337,7 +337,14 @@ def worker_pmode(args) -> None:
         return list(rhs(tt, [y[i] for i in range(D)], theta))
 
     ode = pm.ode.DifferentialEquation(func=func, times=t[1:], n_states=D, n_theta=J, t0=t[0])
-    counts = {"grads": 0.0, "grads_tune": 0.0, "tuned": set(), "first": None, "div": 0}
+    counts = {
+        "grads": 0.0,
+        "grads_tune": 0.0,
+        "tuned": set(),
+        "first": None,
+        "div": 0,
+        "printed": 0.0,
+    }
 
     def callback(trace, draw):
         # PyMC calls this in the parent for every draw of every chain, tuning included, so the
@@ -356,7 +363,11 @@ def worker_pmode(args) -> None:
                 counts["tuned"].add(draw.chain)
                 if len(counts["tuned"]) == args.chains:
                     _progress(f"tuned (all chains) grads {counts['grads']:.0f}")
-        if draw.draw_idx % 50 == 0:
+        # every draw takes seconds here, so report each (at most one line a second): the
+        # count at a kill is then the gradient evaluations actually done
+        now = time.perf_counter()
+        if now - counts["printed"] > 1.0:
+            counts["printed"] = now
             stage = "tune" if draw.tuning else "draw"
             _progress(f"chain {draw.chain} {stage} {draw.draw_idx} grads {counts['grads']:.0f}")
 
@@ -638,6 +649,9 @@ def _diagnostics(draws: np.ndarray) -> dict:
         "rhat_max": float(np.nanmax(rhat)) if rhat is not None else float("nan"),
         "mean": flat.mean(0).tolist(),
         "sd": flat.std(0, ddof=1).tolist(),
+        # per chain too: forward-solve chains can settle in different modes (R-hat >> 1)
+        "chain_mean": draws.mean(1).tolist(),
+        "chain_sd": draws.std(1, ddof=1).tolist(),
     }
 
 
@@ -665,6 +679,13 @@ def _derived(results: dict, params: list[str]) -> str | None:
             m, mr = np.asarray(r["mean"]), np.asarray(results[ref]["mean"])
             r["agreement_sd"] = ((m - mr) / np.asarray(results[ref]["sd"])).tolist()
             r["agreement_ref"] = ref
+            if results[ref]["rhat_max"] > 1.05:
+                # the pooled reference mixes modes: compare with each of its chains instead
+                cm, cs = (
+                    np.asarray(results[ref]["chain_mean"]),
+                    np.asarray(results[ref]["chain_sd"]),
+                )
+                r["agreement_sd_per_ref_chain"] = ((m[None] - cm) / cs).tolist()
     return ref
 
 
@@ -716,6 +737,20 @@ def print_case(info: dict, results: dict, ref: str | None, args) -> None:
             if "agreement_sd" in r:
                 cells = " ".join(f"{v:>8.2f}" for v in r["agreement_sd"])
                 print(f"{r['label']:<18} {cells}")
+        if results[ref]["rhat_max"] > 1.05:
+            print(
+                f"{LABELS[ref]}'s chains disagree (R-hat {results[ref]['rhat_max']:.2f}); "
+                "per chain: mean, sd, and (mean - chain mean) / chain sd of the others"
+            )
+            for c, (cm, cs) in enumerate(
+                zip(results[ref]["chain_mean"], results[ref]["chain_sd"], strict=True)
+            ):
+                print(f"{'chain ' + str(c) + ' mean':<18} " + " ".join(f"{v:>8.4g}" for v in cm))
+                print(f"{'chain ' + str(c) + ' sd':<18} " + " ".join(f"{v:>8.3g}" for v in cs))
+                for r in results.values():
+                    if "agreement_sd_per_ref_chain" in r:
+                        cells = " ".join(f"{v:>8.2f}" for v in r["agreement_sd_per_ref_chain"][c])
+                        print(f"{'  ' + r['label']:<18} {cells}")
 
 
 def quick_line(info: dict, results: dict) -> str:

@@ -301,7 +301,9 @@ class WeakLikelihood:
         else:
             ev = self._evaluation(p, s2)
             Jp, Jup = self._derivs(p, "f_p", "f_up")
-            g, _, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet)
+            g, _, _ = kernels.gradient_parts(
+                ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False
+            )
             value = ev.nll if logdet else ev.quadratic
         return (value, g) if logdet else self._tilted(p, value, g)
 
@@ -331,8 +333,32 @@ class WeakLikelihood:
         logdet = self._correction is None
         ev = self._evaluation(p, self._s2(sigma))
         Jp, Jup, Jpp, Jupp = self._derivs(p, "f_p", "f_up", "f_pp", "f_upp")
-        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet)
+        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False)
         return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet)
+
+    @single_blas_thread
+    def _newton_point(self, p) -> tuple[float, np.ndarray, tuple]:
+        """Value and gradient (general path, noise at ``sigma``) and the state that a Hessian
+        at the same ``p`` reuses (:meth:`_newton_hessian`): the optimiser asks for the
+        Hessian at every accepted point, and the evaluation and ``B`` are most of its cost."""
+        p = self._p(p)
+        logdet = self._correction is None
+        ev = self._evaluation(p, self.sigma**2)
+        Jp, Jup = self._derivs(p, "f_p", "f_up")
+        g, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False)
+        value = ev.nll if logdet else ev.quadratic
+        if not logdet:
+            value, g = self._tilted(p, value, g)
+        return value, g, (p, ev, Jp, Jup, B)
+
+    @single_blas_thread
+    def _newton_hessian(self, state: tuple, exact: bool) -> np.ndarray:
+        """Hessian at the point of a :meth:`_newton_point` state; ``exact=False`` leaves out
+        the log-determinant's trace terms (``kernels.hessian``), the optimiser's cheap model."""
+        p, ev, Jp, Jup, B = state
+        Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
+        logdet = self._correction is None
+        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet, exact)
 
     @single_blas_thread
     def whitened_residual(self, p, sigma=None) -> np.ndarray:

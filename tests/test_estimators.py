@@ -387,3 +387,33 @@ def test_bounded_mle_on_a_bound_matches_interior_point(monkeypatch, bound):
     slow = pw.fit(prob.model, data.t, data.U, bounds=bounds)
     np.testing.assert_allclose(fast.x, slow.x, rtol=1e-6)
     assert fast.nll <= slow.nll + 1e-8
+
+
+@pytest.mark.parametrize("name", ["goodwin_2d", "goodwin_3d"])
+def test_mle_with_the_newton_model_reaches_the_exact_newton_optimum(monkeypatch, name):
+    """Models nonlinear in the parameters: trust-region steps with the cheap Newton model
+    (the Hessian without the log-determinant's trace terms) and no exact Hessian at all end
+    where the same optimiser with the exact Hessian ends (Goodwin 2D: on a bound, through
+    the active-set Newton path)."""
+    from pymc_wendy import estimators, kernels
+
+    prob = pw.get_problem(name)
+    data = prob.simulate(n_points=257, noise_ratio=0.05, seed=0)
+    rng = np.random.default_rng(10_000)
+    lo, hi = np.array(prob.bounds).T
+    p0 = np.clip(prob.p_true * (1 + rng.uniform(-0.25, 0.25, lo.size)), lo, hi)
+    calls = []
+    trace_terms = kernels._trace_terms
+    monkeypatch.setattr(kernels, "_trace_terms", lambda *a: calls.append(1) or trace_terms(*a))
+    fast = pw.fit(prob.model, data.t, data.U, noise=prob.noise, p0=p0, bounds=prob.bounds)
+    assert fast.success and not calls
+
+    class Exact(estimators._NewtonModel):
+        def hess(self, p, exact=True):
+            return super().hess(p, exact=True)
+
+    monkeypatch.setattr(estimators, "_NewtonModel", Exact)
+    slow = pw.fit(prob.model, data.t, data.U, noise=prob.noise, p0=p0, bounds=prob.bounds)
+    assert slow.success and calls
+    np.testing.assert_allclose(fast.x, slow.x, rtol=1e-8)
+    assert abs(fast.nll - slow.nll) <= 1e-10 * abs(slow.nll)

@@ -97,6 +97,53 @@ def test_quadratic_form_gradient_matches_finite_differences(case):
     assert _rel(g_full - g, _central(half_logdet, p)) < 1e-5
 
 
+@pytest.mark.parametrize("name", ["goodwin_3d", "lotka_volterra"])
+def test_blockwise_covariance_and_newton_model_against_dense_algebra(name):
+    """The covariance built block by block from ``Phi``, ``dPhi`` and ``df/du`` is the dense
+    ``L Sigma' L^T + ridge I``; the log-determinant's trace terms of the Hessian, left out
+    of the optimiser's Newton model (``exact=False``), are what dense algebra with
+    finite-difference ``dS/dp`` and ``dL/dp`` gives; and the exact Hessian is the model plus
+    those terms. Nonlinear (Goodwin 3D) and linear (Lotka-Volterra) in the parameters."""
+    from pymc_wendy import kernels
+
+    prob = get_problem(name)
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U, sigma=data.sigma, linear="general")
+    p = data.p_true * (1 + 0.02 * np.random.default_rng(4).standard_normal(data.p_true.size))
+    D, K = lik.model.n_states, lik.K
+    s2 = (1 - lik.ridge) * lik.sigma**2
+
+    def dense_L(q):
+        (Ju,) = lik._derivs(q, "f_u")
+        return kernels.linearisation(lik.phi, lik.dphi, Ju).reshape(K * D, -1)
+
+    def dense_S(q):
+        L = dense_L(q)
+        return (L * np.repeat(s2, lik.t.size)) @ L.T + lik.ridge * np.eye(K * D)
+
+    S = dense_S(p)
+    np.testing.assert_allclose(lik.covariance(p), S, rtol=0, atol=1e-12 * np.abs(S).max())
+
+    Si = np.linalg.inv(S)
+    dS = _central(dense_S, p)  # (n, n, J)
+    dL = _central(dense_L, p)
+    J = p.size
+    trace = np.empty((J, J))
+    for i in range(J):
+        for j in range(J):
+            trace[i, j] = np.trace(
+                Si @ (dL[..., i] * np.repeat(s2, lik.t.size)) @ dL[..., j].T
+            ) - 0.5 * np.trace(Si @ dS[..., i] @ Si @ dS[..., j])
+    value, grad, state = lik._newton_point(p)
+    model = lik._newton_hessian(state, exact=False)
+    exact = lik._newton_hessian(state, exact=True)
+    assert value == lik.nll(p) and np.array_equal(grad, lik.nll_grad(p)[1])
+    np.testing.assert_array_equal(exact, lik.hessian(p))
+    assert _rel(exact - model, trace) < 1e-5
+    # the terms are small against the curvature of the quadratic form (why the model works)
+    assert np.linalg.norm(exact - model) < 1e-3 * np.linalg.norm(exact)
+
+
 @pytest.mark.parametrize("name", ["logistic", "lotka_volterra", "fitzhugh_nagumo", "lorenz"])
 def test_linear_fast_path_equals_general_path(name):
     prob = get_problem(name)

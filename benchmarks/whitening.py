@@ -67,7 +67,7 @@ def _run(model, whiten: bool, tune: int, args) -> dict:
             discard_tuned_samples=False,
         )
     wall = time.perf_counter() - t0
-    post = idata.posterior[["p", "sigma"]]
+    post = idata.posterior.to_dataset()[["p", "sigma"]]
     ess = az.ess(post)
     rhat = az.rhat(post)
     sampling = float(idata.posterior.attrs["sampling_time"])

@@ -21,6 +21,8 @@ reject them like any other point outside the support.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, grad_not_implemented
@@ -222,14 +224,27 @@ def weak_loglik_value_only(fgraph, node):
     return {node.outputs[0]: new[0]}
 
 
+#: numba kernels per likelihood and Op flags: every compilation of a graph holding the Op
+#: (``pw.sample``'s posterior mode, then nutpie's, then predictive draws) reuses the machine
+#: code instead of compiling the kernel again (seconds each time)
+_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _kernel(lik: WeakLikelihood, infer_sigma: bool, want_grad: bool, relax_scale: float):
+    kernels = _KERNELS.setdefault(lik, {})
+    key = (infer_sigma, want_grad, relax_scale)
+    if key not in kernels:
+        kernels[key] = _compiled.make_kernel(
+            lik, infer_sigma=infer_sigma, want_grad=want_grad, relax_scale=relax_scale
+        )
+    return kernels[key]
+
+
 @register_funcify_and_cache_key(WeakLogLikelihoodOp)
 def _numba_funcify(op, node=None, **kwargs):
     relaxed = op.relax_scale is not None
-    kernel = _compiled.make_kernel(
-        op.likelihood,
-        infer_sigma=op.infer_sigma,
-        want_grad=op.compute_grad,
-        relax_scale=op.relax_scale if relaxed else 1.0,
+    kernel = _kernel(
+        op.likelihood, op.infer_sigma, op.compute_grad, op.relax_scale if relaxed else 1.0
     )
     fixed_s2 = np.asarray(op.likelihood.sigma, dtype=float) ** 2
     from pytensor.link.numba.dispatch.basic import numba_njit

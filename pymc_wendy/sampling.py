@@ -229,7 +229,7 @@ def sample(
         kwargs.setdefault("init", "adapt_diag")
     with _threads.blas_threads(blas_threads):
         idata = pm.sample(draws, model=target, initvals=start or None, **kwargs)
-    if target is not model:
+    if target is not model and isinstance(idata, xr.DataTree):  # not return_inferencedata=False
         idata = to_model_trace(idata, model, log_likelihood=log_likelihood)
         idata.posterior.attrs["whitened"] = 1
     return idata

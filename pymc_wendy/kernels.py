@@ -150,22 +150,26 @@ def _covariance(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray, s2: np.ndarra
     K = phi.shape[0]
     w = np.einsum("mde,mfe,e->dfm", Ju, Ju, s2, optimize=True)
     c = Ju.transpose(1, 2, 0) * s2[None, :, None]  # c[d, f, m] = s2_f Ju[m, d, f]
-    cross = [
-        [(phi * c[d, f]) @ dphi.T if np.any(c[d, f]) else None for f in range(D)] for d in range(D)
-    ]
+    pairs = [(d, f) for d in range(D) for f in range(d, D) if np.any(w[d, f])]
+    cross = [(d, f) for d in range(D) for f in range(D) if np.any(c[d, f])]
+    # one product per kind over all blocks: (blocks * K, M+1) x (M+1, K)
+    wp = w[tuple(np.array(pairs, dtype=int).reshape(-1, 2).T)]
+    cp = c[tuple(np.array(cross, dtype=int).reshape(-1, 2).T)]
+    Sw = (phi[None] * wp[:, None, :]).reshape(-1, M1) @ phi.T
+    Sc = (phi[None] * cp[:, None, :]).reshape(-1, M1) @ dphi.T
+    Sw = Sw.reshape(len(pairs), K, K)
+    Sc = Sc.reshape(len(cross), K, K)
+    S = np.zeros((D, K, D, K))
+    for q, (d, f) in enumerate(pairs):  # loops over state blocks only
+        S[d, :, f, :] = Sw[q]
+    for q, (d, f) in enumerate(cross):
+        S[d, :, f, :] += Sc[q]
+        S[f, :, d, :] += Sc[q].T
     dd = dphi @ dphi.T
-    S = np.empty((D, K, D, K))
-    for d in range(D):  # loop over state blocks only
-        for f in range(d, D):
-            blk = (phi * w[d, f]) @ phi.T if np.any(w[d, f]) else np.zeros((K, K))
-            if cross[d][f] is not None:
-                blk += cross[d][f]
-            if cross[f][d] is not None:
-                blk += cross[f][d].T
-            if d == f:
-                blk += s2[d] * dd
-            S[d, :, f, :] = blk
-            S[f, :, d, :] = blk.T
+    for d in range(D):
+        S[d, :, d, :] += s2[d] * dd
+        for f in range(d + 1, D):
+            S[f, :, d, :] = S[d, :, f, :].T
     return S.reshape(D * K, D * K)
 
 
@@ -247,11 +251,15 @@ def gradient_parts(
     Si = None
     if logdet:
         Si = _inverse(ev.C)
-        PS = np.matmul(phi.T[None], Si.reshape(D, K, n)).reshape(D, M1, D, K)
-        # sum_(f,k) (Phi^T S^-1)[d, m, (f, k)] L[(f, k), (e, m)], L from Phi, dPhi and Ju
-        A = np.einsum("dmfk,km->dfm", PS, phi, optimize=True)
-        dA = np.einsum("dmek,km->dme", PS, ev.dphi, optimize=True)
-        B += np.einsum("dfm,mfe->dme", A, ev.Ju, optimize=True) + dA
+        # (Phi^T S^-1)[m, d, (f, k)], time-major so that the contraction below with Phi and
+        # dPhi at equal times is one pass over contiguous memory
+        PS = (phi.T @ Si.reshape(D, K, n).transpose(1, 0, 2).reshape(K, D * n)).reshape(
+            M1, D * D, K
+        )
+        # sum_(f,k) PS[m, d, (f, k)] L[(f, k), (e, m)] with L from Phi, dPhi and Ju
+        AB = np.matmul(PS, np.stack([phi.T, ev.dphi.T], axis=2)).reshape(M1, D, D, 2)
+        B += np.einsum("mdf,mfe->dme", AB[..., 0], ev.Ju, optimize=True)
+        B += AB[..., 1].transpose(1, 0, 2)
     B *= ev.s2[None, None, :]
     G = dr_dp(phi, Jp)
     grad_p = G.T @ ev.a + np.einsum("dme,mdej->j", B, Jup, optimize=True)

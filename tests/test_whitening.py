@@ -61,8 +61,9 @@ def test_whitened_nuts_gives_the_plain_posterior(logistic):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = pw.sample(1000, model=model, tune=500, whiten=False, **kwargs)
-        white = pw.sample(1000, model=model, whiten=True, **kwargs)
+        white = pw.sample(1000, model=model, whiten=True, discard_tuned_samples=False, **kwargs)
     assert white.posterior.attrs["whitened"] == 1 and "whitened" not in plain.posterior.attrs
+    assert white.warmup_posterior.sizes["draw"] == pw.sampling.WHITENED_TUNE
     assert set(white.posterior.data_vars) == {"p", "sigma", "ratio"}
     assert list(white.posterior["p"].coords["param"].values) == list(
         plain.posterior["p"].coords["param"].values
@@ -84,22 +85,6 @@ def test_whitened_nuts_gives_the_plain_posterior(logistic):
                 az.mcse(white, var_names=[var], method=method)[var].values,
             )
             assert np.all(np.abs(diff) < 4 * mcse), (var, method, diff, mcse)
-
-
-def test_whitening_shortens_tuning(logistic):
-    _, _, model = logistic
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        idata = pw.sample(
-            200,
-            model=model,
-            chains=1,
-            random_seed=2,
-            progressbar=False,
-            discard_tuned_samples=False,
-        )
-    assert idata.posterior.attrs["whitened"] == 1
-    assert idata.warmup_posterior.sizes["draw"] == pw.sampling.WHITENED_TUNE
 
 
 def test_auto_leaves_a_model_with_unstarted_variables_alone(logistic):

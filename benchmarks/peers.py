@@ -47,9 +47,10 @@ Run:  python benchmarks/peers.py [--quick] [--cases fhn,lv,lorenz] [--chains 2 -
           --draws 500] [--samplers ours,numpyro,rk4,pmode] [--budget 900] [--budget-pmode 480]
           [--json PATH]
 
-``--quick``: one chain per sampler, 100 tuning steps + 100 draws, ours and numpyro only, side by
-side (one core each), a 50 s budget per sampler and case, so at most about 160 s in all; prints
-one line per case with the ESS/s ratio (a lower bound when numpyro did not finish).
+``--quick``: one chain per sampler, 100 tuning steps + 100 draws, ours and numpyro only, each
+sampler one process for all cases, the two side by side (one core each), one 150 s budget for
+all cases; prints one line per case with the ESS/s ratio (a lower bound when numpyro did not
+finish that case in time).
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ def _load(args) -> tuple[dict, object]:
 
 def _progress(msg: str) -> None:
     # the parent reads these lines after a kill to say how far a peer got
-    print(f"PROGRESS {time.perf_counter() - _T0:.1f} {msg}", flush=True)
+    print(f"PROGRESS {time.perf_counter() - _T0:.1f} [{_CASE}] {msg}", flush=True)
 
 
 _T0 = time.perf_counter()
+_CASE = ""
 
 
 def _finish(args, out: dict) -> None:
@@ -512,20 +514,20 @@ WORKERS = {
 # --- parent: launch, budget, collect --------------------------------------------------------
 
 
-def _launch(kind: str, case: str, data: Path, out: Path, log: Path, args, chain=0, chains=None):
+def _launch(kind: str, cases: list[str], tmp: Path, log: Path, args, chain=0):
     cmd = [
         sys.executable,
         str(HERE),
         "--worker",
         kind,
         "--case",
-        case,
+        ",".join(cases),
         "--data",
-        str(data),
+        str(tmp / "{case}.npz"),
         "--out",
-        str(out),
+        str(tmp / f"{{case}}-{kind}-{chain}.json"),
         "--chains",
-        str(args.chains if chains is None else chains),
+        str(args.chains),
         "--tune",
         str(args.tune),
         "--draws",
@@ -536,8 +538,6 @@ def _launch(kind: str, case: str, data: Path, out: Path, log: Path, args, chain=
         str(chain),
         "--cores",
         str(args.cores),
-        "--substeps",
-        str(CASES[case][3]),
     ]
     env = dict(os.environ)
     # one XLA thread per chain process, as nutpie's chains get one core each
@@ -558,27 +558,27 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _last_progress(log: Path) -> str:
-    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("PROG")]
-    return lines[-1].split(" ", 2)[2] if lines else ""
+def _case_progress(text: str, case: str) -> list[str]:
+    tag = f"[{case}] "
+    return [ln.split(tag, 1)[1] for ln in text.splitlines() if ln.startswith("PROG") and tag in ln]
 
 
-def start_peer(kind: str, case: str, data: Path, tmp: Path, args, budget: float) -> tuple:
-    """Start one sampler on one case; numpyro as one process per chain, side by side."""
+def start_peer(kind: str, cases: list[str], tmp: Path, args, budget: float) -> tuple:
+    """Start one sampler on the cases (one after another in the same process); numpyro as one
+    process per chain, side by side."""
     n_proc = args.chains if kind == "numpyro" else 1
     procs = []
     t0 = time.perf_counter()
     for c in range(n_proc):
-        out, log = tmp / f"{case}-{kind}-{c}.json", tmp / f"{case}-{kind}-{c}.log"
-        proc = _launch(kind, case, data, out, log, args, chain=c, chains=None)
-        procs.append((proc, out, log))
-    return kind, procs, t0, budget
+        log = tmp / f"{'+'.join(cases)}-{kind}-{c}.log"
+        procs.append((_launch(kind, cases, tmp, log, args, chain=c), log, c))
+    return kind, cases, tmp, procs, t0, budget
 
 
 def finish_peer(handle: tuple) -> dict:
-    """Wait for a started sampler until its budget is spent, kill it then, and collect."""
-    kind, procs, t0, budget = handle
-    n_proc = len(procs)
+    """Wait for a started sampler until its budget is spent, kill it then, and collect the
+    result of each of its cases."""
+    kind, cases, tmp, procs, t0, budget = handle
     timed_out = False
     for proc, _, _ in procs:
         remaining = budget - (time.perf_counter() - t0)
@@ -591,16 +591,38 @@ def finish_peer(handle: tuple) -> dict:
         for proc, _, _ in procs:
             _kill(proc)
     wall = time.perf_counter() - t0
+    load = os.getloadavg()[0]
+    out = {case: _collect(kind, case, tmp, procs, timed_out, budget, wall, load) for case in cases}
+    # several cases share one budget: a case that did not finish had what the earlier ones
+    # left of it, and those after it none
+    remaining, reached = budget, True
+    for case in cases:
+        r = out[case]
+        if r.get("finished"):
+            remaining -= r["total_s"]
+        elif reached:
+            reached = False
+            if len(cases) > 1 and "did not finish" in r["status"]:
+                r["budget_s"] = max(remaining, 0.0)
+                r["status"] += f" (shared; {r['budget_s']:.0f} s of it on this case)"
+        elif "did not finish" in r["status"]:
+            r["status"] = f"not reached within the {budget:.0f} s budget"
+    return out
+
+
+def _collect(kind, case, tmp, procs, timed_out, budget, wall, load) -> dict:
     res = {"sampler": kind, "label": LABELS[kind], "wall_s": wall, "budget_s": budget}
     # other jobs share the machine: keep the load next to the timings
-    res["loadavg_1min_after"] = os.getloadavg()[0]
+    res["loadavg_1min_after"] = load
     parts, tuned, grads_so_far = [], [], []
-    for proc, out, log in procs:
+    for proc, log, c in procs:
         text = log.read_text(errors="replace")
-        tuned.append("PROGRESS" in text and " tuned" in text)
-        last = _last_progress(log)
+        lines = _case_progress(text, case)
+        tuned.append(any(" tuned" in f" {ln}" for ln in lines))
+        last = lines[-1] if lines else ""
         if "grads" in last:
             grads_so_far.append(float(last.split()[-1]))
+        out = tmp / f"{case}-{kind}-{c}.json"
         if out.exists():
             parts.append(json.loads(out.read_text()))
         else:
@@ -608,7 +630,7 @@ def finish_peer(handle: tuple) -> dict:
             if not timed_out:
                 tail = text.strip().splitlines()[-15:]
                 res["error"] = "\n".join(tail) or f"exit code {proc.returncode}"
-    if len(parts) < n_proc:
+    if len(parts) < len(procs):
         res["finished"] = False
         if timed_out:
             # nutpie does not report while it samples: then the stage is unknown
@@ -780,7 +802,12 @@ def main(argv=None) -> int:
     ap.add_argument("--draws", type=int, default=None)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cores", type=int, default=min(4, os.cpu_count() or 1))
-    ap.add_argument("--budget", type=float, default=None, help="seconds per peer (default 900)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds per peer and case (900; --quick: 150 s for all cases)",
+    )
     ap.add_argument("--budget-pmode", type=float, default=None, help="seconds for pm.ode (480)")
     ap.add_argument(
         "--parallel",
@@ -799,16 +826,23 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     if args.worker:
-        WORKERS[args.worker](args)
+        global _T0, _CASE
+        for case in args.case.split(","):
+            one = argparse.Namespace(**vars(args))
+            one.case, one.substeps = case, CASES[case][3]
+            one.data, one.out = args.data.format(case=case), args.out.format(case=case)
+            # total_s per case: the first case of a process also pays the imports
+            _T0, _CASE = time.perf_counter(), case
+            WORKERS[args.worker](one)
         return 0
 
     quick_defaults = {
         "chains": 1,
         "tune": 100,
         "draws": 100,
-        "budget": 50.0,
+        "budget": 150.0,
         "budget_pmode": 0,
-        "parallel": 2,
+        "parallel": 1,
     }
     full_defaults = {
         "chains": 2,
@@ -860,46 +894,60 @@ def main(argv=None) -> int:
         "cases": [],
     }
     quick_lines = []
+
+    def budget_of(kind: str) -> float:
+        return args.budget_pmode if kind == "pmode" else args.budget
+
+    def report(case: str, results: dict) -> None:
+        info = infos[case]
+        results = {k: results[k] for k in samplers}
+        for kind, r in results.items():
+            if kind == "ours":
+                r["n_draws_total"] = args.chains * args.draws
+            print(f"  [{case}] {r['label']}: {r['status']} ({r.get('wall_s', 0):.0f} s)")
+        ref = _derived(results, info["params"])
+        print_case(info, results, ref, args)
+        quick_lines.append(quick_line(info, results))
+        payload["cases"].append({**info, "reference": ref, "results": results})
+        payload["elapsed_s"] = time.perf_counter() - t_start
+        if args.json is not None:
+            args.json.write_text(json.dumps(payload, indent=1) + "\n")
+        sys.stdout.flush()
+
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp_name:
         tmp = Path(tmp_name)
-        for case in cases:
-            data = tmp / f"{case}.npz"
-            info = make_case(case, data)
-            results: dict = {}
-            running = []
-            for i, kind in enumerate(samplers):
-                budget = args.budget_pmode if kind == "pmode" else args.budget
-                if budget <= 0:
-                    results[kind] = {
+        infos = {case: make_case(case, tmp / f"{case}.npz") for case in cases}
+        per_case: dict = {case: {} for case in cases}
+        for kind in samplers:
+            if budget_of(kind) <= 0:
+                for case in cases:
+                    per_case[case][kind] = {
                         "sampler": kind,
                         "label": LABELS[kind],
                         "finished": False,
                         "status": "skipped",
                     }
-                    continue
-                running.append(start_peer(kind, case, data, tmp, args, budget))
-                if len(running) < args.parallel and i + 1 < len(samplers):
-                    continue
-                for handle in running:
-                    results[handle[0]] = finish_peer(handle)
+        active = [k for k in samplers if budget_of(k) > 0]
+        if args.quick:
+            # one process per sampler for all cases (imports paid once), samplers side by
+            # side, one budget for all cases: the whole run stays under 3 minutes
+            handles = [start_peer(k, cases, tmp, args, budget_of(k)) for k in active]
+            for handle in handles:
+                for case, res in finish_peer(handle).items():
+                    per_case[case][handle[0]] = res
+            for case in cases:
+                report(case, per_case[case])
+        else:
+            for case in cases:
                 running = []
-            for handle in running:  # when the last sampler was skipped
-                results[handle[0]] = finish_peer(handle)
-            for kind in [k for k in samplers if k in results]:
-                if kind == "ours":
-                    results[kind]["n_draws_total"] = args.chains * args.draws
-                print(
-                    f"  [{case}] {LABELS[kind]}: {results[kind]['status']} "
-                    f"({results[kind].get('wall_s', 0):.0f} s)",
-                    flush=True,
-                )
-            ref = _derived(results, info["params"])
-            print_case(info, results, ref, args)
-            quick_lines.append(quick_line(info, results))
-            payload["cases"].append({**info, "reference": ref, "results": results})
-            payload["elapsed_s"] = time.perf_counter() - t_start
-            if args.json is not None:
-                args.json.write_text(json.dumps(payload, indent=1) + "\n")
+                for i, kind in enumerate(active):
+                    running.append(start_peer(kind, [case], tmp, args, budget_of(kind)))
+                    if len(running) < args.parallel and i + 1 < len(active):
+                        continue
+                    for handle in running:
+                        per_case[case].update({handle[0]: finish_peer(handle)[case]})
+                    running = []
+                report(case, per_case[case])
     print(f"\n== ESS/s, ours against numpyro+diffrax ({time.perf_counter() - t_start:.0f} s) ==")
     for line in quick_lines:
         print(line)

@@ -5,8 +5,13 @@ model (and its noise estimate, for a random ``sigma``) onto the free variables t
 They are returned, not stored as the variables' ``initval``: ``pm.sample_smc`` starts *all*
 particles at a variable's ``initval``, which would collapse its population.
 
-:func:`sample` differs from ``pm.sample``'s defaults in three ways, for measured reasons
+:func:`sample` differs from ``pm.sample``'s defaults in these ways, for measured reasons
 (``docs/pymc.md``):
+
+* **It samples in whitened coordinates** (:mod:`pymc_wendy.whitening`): the unconstrained free
+  variables as ``mode + L z``, ``L L^T`` the inverse Hessian at the posterior mode, with 300
+  tuning iterations. FitzHugh-Nagumo, 4 x 1000 draws: tuning took 7 021 gradient evaluations
+  instead of 55 528, for 36 % more ESS.
 
 * **nutpie adapts a low-rank modified mass matrix** (``adaptation="low_rank"``). Weak
   posteriors of ODE parameters are strongly correlated (the parameters of one equation trade

@@ -230,7 +230,7 @@ def _polish(model: _NewtonModel, x, bounds, exact: bool = False, max_steps: int 
     0-4 %, take it to rounding. A step is kept while it stays in the box, the value does
     not rise beyond rounding and the Newton decrement ``g' H^-1 g / 2`` (in the matrix of
     the point it started from) falls; the loop ends after a step that moved no parameter by
-    more than ``1e-7`` relative (the decrement alone is no guide: along the weakest
+    more than ``1e-8`` relative (the decrement alone is no guide: along the weakest
     direction of Goodwin 3D, ``1e-14`` nats is still ``1e-7`` of ``p``). ``exact=True``
     steps with the exact Hessian instead. Returns ``(x, value, grad)``.
     """
@@ -249,7 +249,7 @@ def _polish(model: _NewtonModel, x, bounds, exact: bool = False, max_steps: int 
         dec = 0.5 * z @ z
         step = sla.solve_triangular(Lh, z, lower=True, trans="T")
         if np.all(np.abs(step) <= 1e-10 * np.maximum(np.abs(x[free]), 1e-8)):
-            break
+            break  # not worth an evaluation
         tiny = 1e-14 * (1.0 + abs(value))  # rounding of the value
         y = x.copy()
         y[free] -= step
@@ -260,8 +260,8 @@ def _polish(model: _NewtonModel, x, bounds, exact: bool = False, max_steps: int 
         if not (np.isfinite(v) and v <= value + tiny and 0.5 * z_new @ z_new < dec):
             break
         x, value, grad = y, v, g
-        if np.all(np.abs(step) <= 1e-7 * np.maximum(np.abs(x[free]), 1e-8)):
-            break  # the next step would be 0-4 % of this one: below 1e-8 of p
+        if np.all(np.abs(step) <= 1e-8 * np.maximum(np.abs(x[free]), 1e-8)):
+            break  # the next step would be 0-4 % of this one: below 4e-10 of p
     return x, value, grad
 
 

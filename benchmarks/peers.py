@@ -163,6 +163,21 @@ def _posterior_p(idata) -> np.ndarray:
     return np.asarray(post["p"].transpose("chain", "draw", ...).values, dtype=float)
 
 
+def _nutpie_result(idata, rec: dict, **extra) -> dict:
+    """A finished nutpie run's record: times, gradient counts, divergences and draws of p."""
+    tune_steps, draw_steps, div = _nutpie_steps(rec["raw"])
+    return {
+        "finished": True,
+        "compile_s": rec["compile_s"],
+        "sampling_s": rec["sampling_s"],
+        "grads_tune": tune_steps,
+        "grads": tune_steps + draw_steps,
+        "divergences": div,
+        **extra,
+        "p_draws": _posterior_p(idata).tolist(),
+    }
+
+
 def _nutpie_steps(raw) -> tuple[float, float, int]:
     """(tuning, sampling) leapfrog steps and divergences after tuning from nutpie's own trace."""
 
@@ -230,19 +245,9 @@ def worker_ours(args) -> None:
                     progressbar=False,
                 )
             )
-    tune_steps, draw_steps, div = _nutpie_steps(rec["raw"])
     _finish(
         args,
-        {
-            "finished": True,
-            "compile_s": rec["compile_s"],
-            "sampling_s": rec["sampling_s"],
-            "grads_tune": tune_steps,
-            "grads": tune_steps + draw_steps,
-            "divergences": div,
-            "whitened": bool(idata.posterior.attrs.get("whitened", 0)),
-            "p_draws": _posterior_p(idata).tolist(),
-        },
+        _nutpie_result(idata, rec, whitened=bool(idata.posterior.attrs.get("whitened", 0))),
     )
 
 
@@ -309,19 +314,7 @@ def worker_rk4(args) -> None:
                     progressbar=False,
                 )
             )
-    tune_steps, draw_steps, div = _nutpie_steps(rec["raw"])
-    _finish(
-        args,
-        {
-            "finished": True,
-            "compile_s": rec["compile_s"],
-            "sampling_s": rec["sampling_s"],
-            "grads_tune": tune_steps,
-            "grads": tune_steps + draw_steps,
-            "divergences": div,
-            "p_draws": _posterior_p(idata).tolist(),
-        },
-    )
+    _finish(args, _nutpie_result(idata, rec))
 
 
 def worker_pmode(args) -> None:

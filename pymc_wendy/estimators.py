@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import Literal
 
@@ -211,6 +211,17 @@ class _NewtonModel:
             return np.eye(p.size)
 
 
+def _objective(lik) -> tuple[Callable, Callable, _NewtonModel | None]:
+    """``(fun, hess, model)`` for the MLE's optimiser: off the linear-in-parameters fast path
+    the cheap Newton model (``model`` is it, for :func:`_polish`); on it (and for joint
+    likelihoods) value and gradient with the exact Hessian, which the precomputed linear
+    form makes cheap (``model`` is None)."""
+    if isinstance(lik, WeakLikelihood) and lik._linear_form(lik.sigma**2) is None:
+        model = _NewtonModel(lik)
+        return model.fun, model.hess, model
+    return _value_and_grad(lik), _hessian(lik), None
+
+
 def _free_set(x, grad, bounds) -> np.ndarray:
     """The parameters not pushing against an active bound (all of them without bounds)."""
     free = np.ones(x.size, dtype=bool)
@@ -276,12 +287,7 @@ def wendy_mle(lik: WeakLikelihood, p0=None, **options) -> optimize.OptimizeResul
     bounds, multi-start, convergence checks and a result object.
     """
     start = weak_least_squares(lik) if p0 is None else np.asarray(p0, dtype=float)
-    model = None
-    if isinstance(lik, WeakLikelihood) and lik._linear_form(lik.sigma**2) is None:
-        model = _NewtonModel(lik)
-        fun, hess = model.fun, model.hess
-    else:
-        fun, hess = _value_and_grad(lik), lik.hessian
+    fun, hess, model = _objective(lik)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # trial points outside the domain
         res = optimize.minimize(
@@ -310,12 +316,7 @@ def _mle_run(args) -> dict:
     lik, start, bounds, options = args
     options = dict(options)
     warm = options.pop("warm_start", True)
-    model = None
-    if isinstance(lik, WeakLikelihood) and lik._linear_form(lik.sigma**2) is None:
-        model = _NewtonModel(lik)
-        fun, hess = model.fun, model.hess
-    else:  # the precomputed linear form's gradient is cheap; keep the exact Hessian
-        fun, hess = _value_and_grad(lik), _hessian(lik)
+    fun, hess, model = _objective(lik)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", UserWarning)  # trust-constr's "delta_grad == 0"

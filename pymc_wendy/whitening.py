@@ -15,6 +15,13 @@ posterior is close to a standard normal, which is where NUTS's initial unit mass
 step size are right; the original free variables and deterministics are deterministics of the
 new model, under their own names and dims, so the trace is in the user's parameters.
 
+:func:`pymc_wendy.sample` does all this (``whiten="auto"``); by hand, with ``point`` the
+starting values on the unconstrained scale::
+
+    mode, H, _ = posterior_mode(model, point)
+    wmodel, L = whitened_model(model, mode, H)
+    idata = to_model_trace(pm.sample(model=wmodel, tune=300), model)
+
 Why a new model and not a value transform per variable
 (``pymc.model.transform.conditioning.change_value_transforms``): a transform acts on one
 variable, but the correlations that matter are often across variables (the parameters given
@@ -40,7 +47,7 @@ from scipy import optimize
 
 from pymc_wendy import _threads
 
-__all__ = ["posterior_mode", "whitened_model"]
+__all__ = ["NotPositiveDefinite", "posterior_mode", "to_model_trace", "whitened_model"]
 
 #: the whitened coordinates' variable in the new model (dropped from the returned trace)
 WHITENED = "__whitened"

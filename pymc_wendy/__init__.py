@@ -11,14 +11,13 @@ from pymc_wendy import bias, coverage
 from pymc_wendy.comparison import experiment_log_likelihood
 from pymc_wendy.coverage import open_coverage, run_coverage
 from pymc_wendy.distribution import WeakODELikelihood
-from pymc_wendy.estimators import fit, weak_least_squares, wendy_mle
+from pymc_wendy.estimators import estimate_initial_state, fit, weak_least_squares, wendy_mle
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
-from pymc_wendy.output_error import estimate_initial_state
 from pymc_wendy.plots import plot_intervals, plot_predictive, plot_study
 from pymc_wendy.problems import (
     PROBLEMS,

@@ -35,10 +35,11 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 
+from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.op import _noise_scale_vector, weak_loglik
-from pymc_wendy.output_error import DEFAULT_SOLVER, estimate_initial_state
+from pymc_wendy.output_error import DEFAULT_SOLVER
 from pymc_wendy.problems import SimulationError, solve
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]

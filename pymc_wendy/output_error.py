@@ -14,8 +14,10 @@ The Jacobian comes from forward sensitivities: the state is integrated together 
 generated derivatives compiled by numba. A failed solve at a trial point is reported to the
 optimiser as a very poor fit, so it backs off instead of stopping.
 
-:func:`estimate_initial_state` (``u0`` with ``p`` held fixed) is the special case used for
-predictive trajectories of the weak-form estimates.
+:func:`_fit_initial_state` (``u0`` with ``p`` held fixed) is the special case used for
+predictive trajectories of the weak-form estimates
+(:func:`pymc_wendy.estimate_initial_state`). Nothing here depends on an estimator:
+``fit(method="oels")`` (:mod:`pymc_wendy.estimators.oels`) builds on this module.
 """
 
 from __future__ import annotations
@@ -27,12 +29,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.problems import SimulationError, _integrate, solve
 
-__all__ = ["DEFAULT_SOLVER", "OutputErrorFit", "estimate_initial_state", "output_error"]
+__all__ = ["DEFAULT_SOLVER", "OutputErrorFit", "output_error"]
 
 #: Forward-solver settings (output error and predictive draws): LSODA switches to a stiff
 #: method by itself, the tolerances are far below any noise level, and the evaluation cap
@@ -269,31 +269,6 @@ def output_error(
         wall_time=time.perf_counter() - start,
         solve_failed=failed_at_end,
     )
-
-
-def estimate_initial_state(
-    likelihood: WeakLikelihood, p=None, *, solver: Mapping | None = None
-) -> np.ndarray:
-    """Initial state ``u(t_0)`` fitted to the data with the parameters held at ``p``.
-
-    Least squares between the ODE solution from ``u0`` and the first quarter of the data (at
-    least 10 points; on the log scale for log-normal noise), over ``u0`` only, started from
-    the best of a local quadratic fit to the first points, the first observation and the
-    mean and median of the first ones. ``p`` defaults to the WENDy-MLE. The weak likelihood
-    does not involve ``u0``; this is only for simulating trajectories. If the fit fails, the
-    best start is returned.
-    """
-    from pymc_wendy.estimators import weak_least_squares, wendy_mle
-
-    lik = likelihood
-    X, t = lik.X, lik.t
-    start = _local_quadratic_start(t, X)
-    if p is None:
-        try:
-            p = wendy_mle(lik, weak_least_squares(lik)).x
-        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-            return _from_log(start, lik.noise)
-    return _fit_initial_state(lik.base_model, t, X, lik.noise, p, solver)
 
 
 def _fit_initial_state(model: ODEModel, t, X, noise: str, p, solver=None) -> np.ndarray:

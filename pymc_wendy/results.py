@@ -409,7 +409,7 @@ class FitResult:
         :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``). For several experiments,
         ``experiment`` (an index) says whose times and initial state.
         """
-        from pymc_wendy.output_error import DEFAULT_SOLVER, estimate_initial_state
+        from pymc_wendy.output_error import DEFAULT_SOLVER, _fit_initial_state
         from pymc_wendy.problems import solve
 
         E = self.n_experiments
@@ -428,7 +428,10 @@ class FitResult:
                 )
             if self.u0 is None:
                 liks = self.likelihood.experiments if E > 1 else [self.likelihood]
-                u0s = [estimate_initial_state(lik, self.x) for lik in liks]
+                u0s = [
+                    _fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, self.x)
+                    for lik in liks
+                ]
                 self.u0 = np.array(u0s) if E > 1 else u0s[0]
             u0 = self.u0[e] if E > 1 else self.u0
         return solve(self.model, self.x, u0, t, **{**DEFAULT_SOLVER, **solver})

@@ -1,0 +1,49 @@
+"""Frequentist estimators behind one entry point, :func:`fit`.
+
+=========  ==================================================================================
+method     estimator (module)
+=========  ==================================================================================
+"mle"      WENDy-MLE (:mod:`.mle`): trust-region Newton on the weak negative log-likelihood
+           with the analytic gradient and Hessian (``trust-exact``; Newton steps over the
+           free parameters, then ``trust-constr``, with box bounds), optionally from several
+           starts, keeping the lowest NLL; ``bias_correction`` minimises the corrected
+           objective of :mod:`pymc_wendy.bias` from there.
+"irls"     WENDy-IRLS (:mod:`.irls`; WENDy 2023, Algorithm 2): generalised least squares
+           with the weight ``S(p_prev)^{-1}`` updated each iteration, stopping on a fixed
+           point, an iteration cap, or a failed Shapiro-Wilk test of the whitened residual
+           after 10 iterations.
+"wls"      Weak least squares ``min ||r(p)||^2`` (:mod:`.wls`; one linear solve when linear
+           in ``p``; Gauss-Newton otherwise). Biased at high noise (errors in variables).
+"oels"     Output-error least squares over ``(p, u0)`` with forward sensitivities
+           (:mod:`.oels` on :mod:`pymc_wendy.output_error`).
+"hybrid"   WENDy-MLE, then output error started from it (:mod:`.hybrid`); the output-error
+           estimate is kept unless its weak NLL is worse than the MLE's by more than 5 % of
+           ``|l(p_MLE)|``.
+=========  ==================================================================================
+
+Each method is one module describing itself by an :class:`~.registry.Estimator`; ``fit``
+validates its inputs once (:mod:`._problem`) and dispatches through :mod:`.registry`.
+Choices and their reasons are collected in ``docs/estimators.md``.
+"""
+
+from pymc_wendy.estimators import hybrid, irls, mle, oels, wls
+from pymc_wendy.estimators._fit import fit
+from pymc_wendy.estimators.mle import wendy_mle
+from pymc_wendy.estimators.oels import estimate_initial_state
+from pymc_wendy.estimators.registry import Estimator, register
+from pymc_wendy.estimators.registry import names as methods
+from pymc_wendy.estimators.wls import weak_least_squares
+
+__all__ = [
+    "Estimator",
+    "estimate_initial_state",
+    "fit",
+    "methods",
+    "register",
+    "weak_least_squares",
+    "wendy_mle",
+]
+
+for _module in (mle, irls, wls, oels, hybrid):
+    register(_module.ESTIMATOR)
+del _module

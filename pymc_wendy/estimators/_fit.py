@@ -1,0 +1,154 @@
+"""The entry point :func:`fit`: validate once, then dispatch through the registry."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Mapping
+from concurrent.futures import Executor
+
+from pymc_wendy import bias
+from pymc_wendy._threads import single_blas_thread
+from pymc_wendy.estimators import registry
+from pymc_wendy.estimators._problem import prepare
+from pymc_wendy.estimators.wls import default_start
+from pymc_wendy.experiments import JointLikelihood
+from pymc_wendy.likelihood import Noise, WeakLikelihood
+from pymc_wendy.ode import ODEModel
+from pymc_wendy.results import FitResult, FitWarning
+
+__all__ = ["fit"]
+
+
+@single_blas_thread
+def fit(
+    model: ODEModel | WeakLikelihood,
+    t=None,
+    U=None,
+    method: str = "mle",
+    *,
+    p0=None,
+    bounds=None,
+    noise: Noise = "normal",
+    sigma=None,
+    u0=None,
+    test_functions=None,
+    ridge: float = 1e-10,
+    n_starts: int = 1,
+    seed: int | None = None,
+    executor: Executor | None = None,
+    solver: Mapping | None = None,
+    options: Mapping | None = None,
+    bias_correction: str | None = None,
+) -> FitResult:
+    """Estimate the parameters of an ODE from noisy data.
+
+    Parameters
+    ----------
+    model : ODEModel, WeakLikelihood or JointLikelihood
+        The ODE, or a ready weak likelihood of one or several experiments (then ``t``,
+        ``U``, ``noise``, ``sigma``, ``test_functions`` and ``ridge`` come from it).
+    t : array, shape (M+1,), or list of arrays
+        Strictly increasing observation times; for several experiments sharing the
+        parameters, a list with one time array per experiment (each its own grid).
+    U : array, shape (M+1, D), or list of arrays
+        Observations; a list ``[U1, U2, ...]`` matching ``t`` for several experiments.
+        Their weak residuals are independent, so the objective is the sum of the
+        experiments' (:class:`~pymc_wendy.experiments.JointLikelihood`;
+        ``docs/experiments.md``).
+    method : str
+        Estimator: ``"mle"`` (default), ``"irls"``, ``"wls"``, ``"oels"``, ``"hybrid"``
+        (:mod:`pymc_wendy.estimators` lists them; :func:`~pymc_wendy.estimators.methods`
+        gives every registered name).
+    p0 : array, shape (J,), optional
+        Starting point. Default: weak least squares for models linear in the parameters;
+        otherwise the centre of ``bounds`` refined by weak least squares (a nonlinear model
+        needs ``p0`` or ``bounds``).
+    bounds : sequence of (lower, upper) or scipy.optimize.Bounds, optional
+        Box constraints on ``p`` (``"mle"``, ``"oels"``, ``"hybrid"``, ``"wls"``, and the
+        inner solves of ``"irls"`` for nonlinear-in-parameters models; IRLS's closed-form
+        steps for linear models are unconstrained) and the box multi-start points are drawn
+        from.
+    noise : {"normal", "lognormal"}
+        Additive Gaussian or multiplicative log-normal noise.
+    sigma : float or array (D,), optional
+        Noise standard deviation per state (of ``log U`` for log-normal noise); estimated
+        from the data with the high-order filter when omitted. For several experiments, a
+        scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
+    u0 : array (D,), optional
+        Starting initial state for output error (default: the value at ``t[0]`` of a
+        parabola fitted to the first points of the data); shape (E, D), a row per
+        experiment, for several experiments (each has its own initial state).
+    test_functions : TestFunctions, dict, or (phi, dphi), optional
+        See :class:`WeakLikelihood`. For several experiments, a dict of options for all, or
+        a list with one entry per experiment.
+    ridge : float
+        Covariance relaxation ``S <- (1 - ridge) S + ridge I`` (IRLS's ``alpha``).
+    n_starts : int
+        ``"mle"``/``"hybrid"``: number of starting points; the first is ``p0`` (or its
+        default), the others are drawn uniformly in ``bounds`` with ``seed``. The lowest
+        finite NLL wins.
+    seed : int, optional
+        Seed of the multi-start draws.
+    executor : concurrent.futures.Executor, optional
+        Runs the multi-start optimisations (e.g. a ``ProcessPoolExecutor`` or a Dask
+        client's executor); default: one after another in this process.
+    solver : dict, optional
+        Forward-solver options for output error (:data:`output_error.DEFAULT_SOLVER`).
+    options : dict, optional
+        Method options: for ``"mle"`` those of ``scipy.optimize.minimize`` (``maxiter``,
+        ``gtol``, ...); for ``"irls"`` ``max_iter`` (100), ``tol`` (1e-6), ``sw_tol`` (1e-4),
+        ``sw_start`` (10); for ``"oels"`` those of ``scipy.optimize.least_squares``; for
+        ``"wls"`` ``max_iter`` and ``tol`` of the Gauss-Newton iteration; for ``"hybrid"`` a
+        dict with keys ``"mle"`` and ``"oels"``.
+    bias_correction : {None, "auto", "analytic", "profile"}
+        ``method="mle"`` only. Remove the weak form's ``O(sigma^2)`` bias
+        (:mod:`pymc_wendy.bias`, ``docs/bias.md``): ``"profile"`` minimises the quadratic
+        form without the log-determinant; ``"analytic"`` (what ``"auto"`` picks) also
+        subtracts the closed-form mean of its score. The result's estimate, covariances and
+        intervals are the corrected ones; ``result.bias_correction`` keeps the uncorrected
+        fit, the shift and the cost. ``None`` (default) is WENDy-MLE.
+
+    Returns
+    -------
+    FitResult
+        Estimate, covariances, intervals, status. An estimator that did not converge sets
+        ``success=False`` and issues a :class:`FitWarning`.
+
+    Examples
+    --------
+    >>> import pymc_wendy as pw
+    >>> data = pw.get_problem("logistic").simulate(noise_ratio=0.05, subsample=2, seed=1)
+    >>> res = pw.fit(pw.get_problem("logistic").model, data.t, data.U)
+    >>> res.success, res.x.round(1)
+    (True, array([1., 1.]))
+    """
+    start_time = time.perf_counter()
+    estimator = registry.get(method)
+    correction = bias.resolve(bias_correction)
+    if correction is not None and method != "mle":
+        raise ValueError(
+            f"bias_correction applies to method='mle' (the corrected objective replaces the "
+            f"weak likelihood); got method={method!r}"
+        )
+    if isinstance(model, WeakLikelihood | JointLikelihood) and model.correction_method:
+        raise ValueError(
+            "the likelihood is already bias-corrected; fit the uncorrected likelihood "
+            "with bias_correction= instead"
+        )
+    problem = prepare(
+        estimator, model, t, U, p0=p0, bounds=bounds, noise=noise, sigma=sigma, u0=u0,
+        test_functions=test_functions, ridge=ridge, n_starts=n_starts, seed=seed,
+        executor=executor, solver=solver, options=options, bias_correction=correction,
+    )  # fmt: skip
+    if estimator.needs_start and problem.start is None:
+        problem.start = default_start(
+            problem.weak_likelihood() if problem.model.is_linear_in_params else problem.likelihood,
+            problem.model,
+            problem.bounds,
+        )
+    res = estimator.run(problem)
+    res.wall_time = time.perf_counter() - start_time
+    if not res.success:
+        warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
+    return res

@@ -1,0 +1,315 @@
+"""The problem an estimator solves: :func:`~pymc_wendy.fit`'s inputs, validated once.
+
+The data, bounds, starting point and options are checked here, before any work, and handed
+to the estimator as a :class:`FitProblem`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize
+
+from pymc_wendy._validation import check_data, check_positive_data
+from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.experiments import JointLikelihood
+from pymc_wendy.kernels import WeakLikelihoodError
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.noise import estimate_noise
+from pymc_wendy.ode import ODEModel
+from pymc_wendy.test_functions import TestFunctions
+
+# Option names checked by kind whichever estimator accepts them
+_COUNTS = {"maxiter", "max_iter", "max_nfev", "n_steps"}
+_TOLERANCES = {"tol", "gtol", "xtol", "ftol", "sw_tol", "barrier_tol"}
+_FLAGS = {"warm_start"}
+
+
+@dataclass
+class FitProblem:
+    """Validated inputs of one :func:`~pymc_wendy.fit` call, as an estimator sees them.
+
+    ``likelihood`` is the weak likelihood (or joint likelihood of several experiments); it
+    is None for estimators that do not need one when the user passed a model and data.
+    ``t``, ``U`` and ``sigma`` are tuples / (E, D) arrays for several experiments.
+    ``p0`` is the user's starting point (validated) or None.
+    """
+
+    method: str
+    model: ODEModel
+    likelihood: WeakLikelihood | JointLikelihood | None
+    t: np.ndarray | tuple
+    U: np.ndarray | tuple
+    noise: str
+    sigma: np.ndarray
+    sigma_estimated: bool
+    bounds: tuple[np.ndarray, np.ndarray] | None
+    p0: np.ndarray | None
+    u0: np.ndarray | None
+    ridge: float
+    options: dict
+    n_starts: int = 1
+    seed: int | None = None
+    executor: Executor | None = None
+    solver: Mapping | None = None
+    bias_correction: str | None = None
+    #: ``p0``, or the default start where the estimator needs one (set by ``fit``)
+    start: np.ndarray | None = None
+
+    @property
+    def several(self) -> bool:
+        """Whether the data are several experiments."""
+        return isinstance(self.t, tuple)
+
+    def weak_likelihood(self) -> WeakLikelihood | JointLikelihood:
+        """``likelihood``, or one built from the data with default test functions (a
+        start for output error, which needs no weak likelihood otherwise)."""
+        if self.likelihood is not None:
+            return self.likelihood
+        if self.several:
+            return _joint_likelihood(
+                self.model, self.t, self.U, self.noise, list(self.sigma), None, self.ridge
+            )
+        return WeakLikelihood(
+            self.model, self.t, self.U, noise=self.noise, sigma=self.sigma, ridge=self.ridge
+        )
+
+    def common(self) -> dict:
+        """The fields every :class:`~pymc_wendy.results.FitResult` of this problem shares."""
+        return {
+            "model": self.model,
+            "sigma": np.asarray(self.sigma, dtype=float),
+            "sigma_estimated": bool(self.sigma_estimated),
+            "noise": self.noise,
+            "t": self.t,
+            "U": self.U,
+            "likelihood": self.likelihood,
+        }
+
+
+def prepare(
+    estimator: Estimator, model, t, U, *, p0, bounds, noise, sigma, u0, test_functions, ridge,
+    n_starts, seed, executor, solver, options, bias_correction,
+) -> FitProblem:  # fmt: skip
+    """Validate ``fit``'s inputs for ``estimator`` and build its :class:`FitProblem`."""
+    options = dict(options or {})
+    check_options(estimator, options)
+    if not estimator.weak_likelihood and not isinstance(model, WeakLikelihood | JointLikelihood):
+        if not isinstance(model, ODEModel):
+            raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
+        lik = None
+        if _several(t, U):
+            E = len(t)
+            sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
+            parts = [_checked_data(model, t[e], U[e], noise, sigmas[e]) for e in range(E)]
+            t_, U_ = tuple(p[0] for p in parts), tuple(p[1] for p in parts)
+            s, s_est = np.array([p[2] for p in parts]), any(p[3] for p in parts)
+        else:
+            t_, U_, s, s_est = _checked_data(model, t, U, noise, sigma)
+        base = model
+    else:
+        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge)
+        base, t_, U_ = lik.base_model, lik.t, lik.U
+        s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
+    box = _check_bounds(bounds, base.n_params, base.params)
+    p_given = _check_p0(p0, base.n_params, base.params, box)
+    return FitProblem(
+        method=estimator.name,
+        model=base,
+        likelihood=lik,
+        t=t_,
+        U=U_,
+        noise=noise,
+        sigma=np.asarray(s, dtype=float),
+        sigma_estimated=bool(s_est),
+        bounds=box,
+        p0=p_given,
+        start=p_given,
+        u0=u0,
+        ridge=ridge,
+        options=options,
+        n_starts=n_starts,
+        seed=seed,
+        executor=executor,
+        solver=solver,
+        bias_correction=bias_correction,
+    )
+
+
+def check_options(estimator: Estimator, options: Mapping, where: str = "options") -> None:
+    """Unknown option names and invalid counts, tolerances or flags, before any work."""
+    if estimator.check_options is not None:
+        estimator.check_options(options, where)
+        return
+    known = estimator.options
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(
+            f"unknown {estimator.name} {where} {sorted(unknown)}; valid: {sorted(known)}"
+        )
+    for key, value in options.items():
+        if key in _COUNTS and not (
+            isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
+        ):
+            raise ValueError(f"{where}[{key!r}] must be an integer >= 1; got {value!r}")
+        if key in _TOLERANCES and not (
+            isinstance(value, int | float | np.number) and np.isfinite(value) and value >= 0
+        ):
+            raise ValueError(f"{where}[{key!r}] must be a number >= 0; got {value!r}")
+        if key in _FLAGS and not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{where}[{key!r}] must be True or False")
+
+
+def safe_nll(lik: WeakLikelihood | JointLikelihood, p) -> float:
+    """The weak NLL at ``p``, infinite where the likelihood is undefined."""
+    try:
+        return float(lik.nll(p))
+    except WeakLikelihoodError:
+        return np.inf
+
+
+def _check_bounds(bounds, J: int, names) -> tuple[np.ndarray, np.ndarray] | None:
+    if bounds is None:
+        return None
+    if isinstance(bounds, optimize.Bounds):
+        lo, hi = np.broadcast_to(bounds.lb, (J,)), np.broadcast_to(bounds.ub, (J,))
+    else:
+        b = np.asarray(bounds, dtype=float)
+        if b.shape != (J, 2):
+            raise ValueError(
+                f"bounds must be {J} (lower, upper) pairs, one per parameter {list(names)}; "
+                f"got shape {b.shape}"
+            )
+        lo, hi = b[:, 0], b[:, 1]
+    lo, hi = np.array(lo, dtype=float), np.array(hi, dtype=float)
+    bad = ~(lo < hi) | np.isnan(lo) | np.isnan(hi)
+    if np.any(bad):
+        j = int(np.argmax(bad))
+        raise ValueError(f"bounds for {names[j]} must satisfy lower < upper; got {lo[j], hi[j]}")
+    return lo, hi
+
+
+def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
+    if p0 is None:
+        return None
+    p = np.asarray(p0, dtype=float)
+    if p.shape != (J,):
+        raise ValueError(f"p0 must have {J} entries ({list(names)}); got shape {p.shape}")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"p0 must be finite; got {p}")
+    if bounds is not None:
+        outside = (p < bounds[0]) | (p > bounds[1])
+        if np.any(outside):
+            j = int(np.argmax(outside))
+            raise ValueError(
+                f"p0 for {names[j]} = {p[j]:g} is outside its bounds "
+                f"({bounds[0][j]:g}, {bounds[1][j]:g})"
+            )
+    return p
+
+
+def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge):
+    if isinstance(model, WeakLikelihood | JointLikelihood):
+        if t is not None or U is not None:
+            raise ValueError("pass either a likelihood, or a model with t and U; not both")
+        given = {"noise": noise != "normal", "sigma": sigma is not None}
+        given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
+        clash = [k for k, v in given.items() if v]
+        if clash:
+            raise ValueError(
+                f"{clash} are fixed by the {type(model).__name__} passed; do not pass them"
+            )
+        return model
+    if not isinstance(model, ODEModel):
+        raise TypeError(
+            "model must be an ODEModel or a WeakLikelihood (or JointLikelihood); "
+            f"got {type(model)!r}"
+        )
+    if t is None or U is None:
+        raise ValueError("t and U are required with an ODEModel")
+    if _several(t, U):
+        return _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge)
+    return WeakLikelihood(
+        model, t, U, noise=noise, sigma=sigma, test_functions=test_functions, ridge=ridge
+    )
+
+
+def _several(t, U) -> bool:
+    """Whether ``t`` and ``U`` are lists of experiments (``[t1, t2]``, ``[U1, U2]``)."""
+    many_t = isinstance(t, list | tuple) and any(np.ndim(x) >= 1 for x in t)
+    many_U = isinstance(U, list | tuple) and len(U) > 0 and all(np.ndim(x) >= 2 for x in U)
+    if many_t != many_U:
+        raise ValueError(
+            "for several experiments give t and U as lists of the same length, one time "
+            "array and one (M_e+1, D) data array per experiment ([t1, t2], [U1, U2]); got "
+            f"{'a list' if many_t else 'one array'} of times and "
+            f"{'a list' if many_U else 'one array'} of data"
+        )
+    if many_t and len(t) != len(U):
+        raise ValueError(f"{len(t)} time arrays but {len(U)} data arrays")
+    return many_t
+
+
+def _per_experiment(value, E: int, what: str, is_single) -> list:
+    """``value`` for each of ``E`` experiments: one shared value or a sequence of ``E``."""
+    if value is None or is_single(value):
+        return [value] * E
+    if not isinstance(value, list | tuple | np.ndarray) or len(value) != E:
+        raise ValueError(
+            f"{what} for {E} experiments: give one value for all, or a list with one entry "
+            f"per experiment; got {value!r}"
+        )
+    return list(value)
+
+
+def _is_scalar(v) -> bool:
+    return not isinstance(v, list | tuple) and np.ndim(v) == 0
+
+
+def _is_one_test_function_spec(v) -> bool:
+    """Options, ready test functions, or one ``(phi, dphi)`` pair of matrices."""
+    if isinstance(v, Mapping | TestFunctions):
+        return True
+    return isinstance(v, list | tuple) and len(v) == 2 and all(np.ndim(m) == 2 for m in v)
+
+
+def _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge) -> JointLikelihood:
+    E = len(t)
+    sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
+    specs = _per_experiment(test_functions, E, "test_functions", _is_one_test_function_spec)
+    experiments = []
+    for i in range(E):
+        try:
+            experiments.append(
+                WeakLikelihood(
+                    model,
+                    t[i],
+                    U[i],
+                    noise=noise,
+                    sigma=sigmas[i],
+                    test_functions=specs[i],
+                    ridge=ridge,
+                )
+            )
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"experiment {i}: {exc}") from None
+    return JointLikelihood(experiments)
+
+
+def _checked_data(model: ODEModel, t, U, noise, sigma):
+    """Validated data and noise level for estimators that need no weak likelihood."""
+    if noise not in ("normal", "lognormal"):
+        raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
+    t, U = check_data(t, U, model.n_states)
+    if noise == "lognormal":
+        check_positive_data(t, U, model.states)
+    Z = np.log(U) if noise == "lognormal" else U
+    if sigma is None:
+        return t, U, estimate_noise(Z), True
+    s = np.broadcast_to(np.asarray(sigma, dtype=float), (model.n_states,)).copy()
+    if not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise ValueError(f"sigma must be finite and positive; got {s}")
+    return t, U, s, False

@@ -1,0 +1,103 @@
+"""WENDy-MLE then output error, ``fit(method="hybrid")``.
+
+Output error started from the WENDy-MLE (and the initial state fitted with ``p`` held
+there); its estimate is kept unless its weak NLL is worse than the MLE's by more than
+``_TOLERANCE`` of ``|l(p_MLE)|``, which guards against output error's local minima.
+Options: ``{"mle": {...}, "oels": {...}}``, each checked as that method's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from pymc_wendy.estimators import mle, oels
+from pymc_wendy.estimators._problem import FitProblem, check_options
+from pymc_wendy.estimators.oels import _fit_oe, estimate_initial_state
+from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.experiments import JointLikelihood
+from pymc_wendy.results import FitResult
+
+_TOLERANCE = 0.05
+
+
+def _hybrid(mle: FitResult, u0, box, solver, options, common) -> FitResult:
+    lik = common["likelihood"]
+    if u0 is None and np.isfinite(mle.nll):
+        if isinstance(lik, JointLikelihood):
+            u0 = np.array(
+                [estimate_initial_state(e, mle.x, solver=solver) for e in lik.experiments]
+            )
+        else:
+            u0 = estimate_initial_state(lik, mle.x, solver=solver)
+    oe = _fit_oe(
+        mle.model,
+        mle.t,
+        mle.U,
+        mle.x,
+        u0,
+        mle.noise,
+        mle.sigma,
+        mle.sigma_estimated,
+        box,
+        solver,
+        options,
+        common,
+    )
+    threshold = mle.nll + _TOLERANCE * abs(mle.nll)
+    keep_oe = oe.success and oe.nll is not None and oe.nll <= threshold
+    chosen = oe if keep_oe else mle
+    if keep_oe:
+        why = f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
+    elif not oe.success:
+        why = "WENDy-MLE kept: output error failed"
+    else:
+        why = f"WENDy-MLE kept: output error weak NLL {oe.nll:.6g} > {threshold:.6g}"
+    return FitResult(
+        x=chosen.x,
+        method="hybrid",
+        success=mle.success and (oe.success or not keep_oe),
+        status="output_error" if keep_oe else "fallback",
+        message=f"{why} (MLE: {mle.message}; output error: {oe.message})",
+        nit=mle.nit + oe.nit,
+        nfev=mle.nfev + oe.nfev,
+        wall_time=0.0,
+        fun=chosen.fun,
+        nll=chosen.nll,
+        covariance_kind=chosen.covariance_kind,
+        u0=oe.u0 if keep_oe else None,
+        history={"mle": mle, "oels": oe},
+        _oe_covariance=oe._oe_covariance if keep_oe else None,
+        **common,
+    )
+
+
+def run(problem: FitProblem) -> FitResult:
+    """``fit(method="hybrid")``."""
+    first = mle.fit_mle(problem, problem.options.get("mle", {}))
+    return _hybrid(
+        first, problem.u0, problem.bounds, problem.solver, problem.options.get("oels", {}),
+        problem.common(),
+    )  # fmt: skip
+
+
+def _check_options(options: Mapping, where: str) -> None:
+    unknown = set(options) - {"mle", "oels"}
+    if unknown:
+        raise ValueError(
+            f"unknown hybrid {where} {sorted(unknown)}: give a dict with keys 'mle' and "
+            "'oels', each holding that method's options"
+        )
+    for stage in (mle, oels):
+        name = stage.ESTIMATOR.name
+        check_options(stage.ESTIMATOR, dict(options.get(name) or {}), f"{where}['{name}']")
+
+
+ESTIMATOR = Estimator(
+    name="hybrid",
+    run=run,
+    options=frozenset({"mle", "oels"}),
+    summary="WENDy-MLE, then output error from it unless its weak NLL is clearly worse",
+    check_options=_check_options,
+)

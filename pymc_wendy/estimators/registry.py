@@ -1,0 +1,84 @@
+"""The estimators :func:`~pymc_wendy.fit` dispatches to, by name.
+
+Each method module describes itself by one :class:`Estimator`: the function that turns a validated
+:class:`~pymc_wendy.estimators._problem.FitProblem` into a
+:class:`~pymc_wendy.results.FitResult`, the option names it accepts, and what it needs from
+``fit``'s inputs. ``fit`` validates the data once, builds the problem and calls ``run``; it
+knows nothing else about any method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pymc_wendy.estimators._problem import FitProblem
+    from pymc_wendy.results import FitResult
+
+__all__ = ["Estimator", "get", "names", "register"]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One estimation method behind ``fit(method=name)``.
+
+    Attributes
+    ----------
+    name : str
+        The ``method`` string.
+    run : callable
+        ``run(problem) -> FitResult``; ``problem.options`` have passed :attr:`check_options`.
+    options : frozenset of str
+        Option names accepted in ``fit(options=...)``.
+    summary : str
+        One line for the method table.
+    covariance : str or None
+        Default covariance kind of its results (``FitResult.covariance_kind``).
+    weak_likelihood : bool
+        Whether it needs a weak likelihood built from the data (output-error methods do
+        not: ``problem.likelihood`` is then None unless the user passed one).
+    needs_start : bool
+        Whether ``fit`` should compute a default start when ``p0`` is not given
+        (:func:`~pymc_wendy.estimators.wls.default_start`) and pass it as
+        ``problem.start``.
+    check_options : callable, optional
+        ``check_options(options, where)`` replacing the generic check of names, counts and
+        tolerances (for nested options).
+    """
+
+    name: str
+    run: Callable[[FitProblem], FitResult]
+    options: frozenset[str]
+    summary: str
+    covariance: str | None = None
+    weak_likelihood: bool = True
+    needs_start: bool = True
+    check_options: Callable[[Mapping, str], None] | None = field(default=None, compare=False)
+
+
+_REGISTRY: dict[str, Estimator] = {}
+
+
+def register(estimator: Estimator) -> Estimator:
+    """Make ``estimator`` available as ``fit(method=estimator.name)``; returns it."""
+    if not isinstance(estimator, Estimator):
+        raise TypeError(f"register takes an Estimator; got {type(estimator)!r}")
+    if estimator.name in _REGISTRY:
+        raise ValueError(f"an estimator named {estimator.name!r} is already registered")
+    _REGISTRY[estimator.name] = estimator
+    return estimator
+
+
+def get(name: str) -> Estimator:
+    """The estimator registered as ``name``; a ValueError naming the known ones otherwise."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"method must be one of {names()}; got {name!r}") from None
+
+
+def names() -> tuple[str, ...]:
+    """Registered method names, in registration order."""
+    return tuple(_REGISTRY)

@@ -1,0 +1,157 @@
+"""Weak least squares, ``fit(method="wls")``: ``min_p ||r(p)||^2``.
+
+One linear solve when the model is linear in the parameters, Gauss-Newton with step halving
+otherwise (``scipy.optimize.lsq_linear`` / ``least_squares`` inside bounds). The residual's
+errors are in the variables, so the estimate is biased at high noise; it is the start of the
+other weak-form estimators.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import optimize, stats
+
+from pymc_wendy.estimators._problem import FitProblem, safe_nll
+from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.kernels import WeakLikelihoodError
+from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.ode import ODEModel
+from pymc_wendy.results import FitResult
+
+__all__ = ["default_start", "weak_least_squares"]
+
+
+def _wls(lik: WeakLikelihood, p0, max_iter: int = 50, tol: float = 1e-10, bounds=None):
+    """Weak least squares; returns ``(p, nit, converged)``."""
+    J = lik.model.n_params
+    p = np.ones(J) if p0 is None else np.array(p0, dtype=float)
+    if bounds is not None:
+        return _wls_bounded(lik, p, bounds, max_iter)
+    if lik.model.is_linear_in_params:
+        p = p + np.linalg.lstsq(lik.dr_dp(p), -lik.residual(p), rcond=None)[0]
+        return p, 1, True
+    r = lik.residual(p)
+    for it in range(1, max_iter + 1):
+        step = np.linalg.lstsq(lik.dr_dp(p), -r, rcond=None)[0]
+        for _ in range(30):  # halve until ||r|| decreases
+            try:
+                r_new = lik.residual(p + step)
+            except WeakLikelihoodError:
+                r_new = None
+            if r_new is not None and r_new @ r_new < r @ r:
+                break
+            step = step / 2
+        else:
+            return p, it, True  # no descent along the Gauss-Newton direction: stationary
+        p, r = p + step, r_new
+        if np.linalg.norm(step) <= tol * max(np.linalg.norm(p), 1.0):
+            return p, it, True
+    return p, max_iter, False
+
+
+def _wls_bounded(lik: WeakLikelihood, p, bounds, max_iter: int):
+    if lik.model.is_linear_in_params:
+        G = lik.dr_dp(p)
+        res = optimize.lsq_linear(G, -(lik.residual(p) - G @ p), bounds=bounds)
+        return res.x, int(res.nit), bool(res.success)
+    n = lik.n_residuals
+    p = np.clip(p, *bounds)
+
+    def res(q):
+        try:
+            return lik.residual(q)
+        except WeakLikelihoodError:
+            return np.full(n, 1e8)
+
+    out = optimize.least_squares(
+        res, p, jac=lik.dr_dp, bounds=bounds, x_scale="jac", max_nfev=max_iter * 10
+    )
+    return out.x, int(out.nfev), bool(out.success)
+
+
+def weak_least_squares(
+    lik: WeakLikelihood, p0=None, *, max_iter: int = 50, tol: float = 1e-10
+) -> np.ndarray:
+    """Minimise ``||r(p)||^2`` by Gauss-Newton steps with the analytic ``dr/dp``.
+
+    One step is exact when the model is linear in the parameters (``p0`` is then irrelevant);
+    otherwise iterate from ``p0`` (default all ones) with step halving until the step is
+    below ``tol`` relative to ``p``. :func:`fit` with ``method="wls"`` wraps this in a result.
+    """
+    return _wls(lik, p0, max_iter, tol)[0]
+
+
+def _wls_message(linear: bool, bounded: bool, ok: bool) -> str:
+    if linear and not bounded:
+        return "closed form (linear in the parameters)"
+    how = "bounded linear least squares" if linear else "nonlinear least squares"
+    return f"{how} {'converged' if ok else 'stopped before convergence'}"
+
+
+#: Points of the scrambled Sobol design screened for a start when a model is nonlinear in its
+#: parameters (``docs/estimators.md``: on Goodwin 2D the box's centre led to a local minimum).
+_SCREEN_STARTS = 16
+
+
+def default_start(lik: WeakLikelihood | None, model: ODEModel, bounds) -> np.ndarray:
+    """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
+    least squares from the box's centre and a Sobol design in the box."""
+    if model.is_linear_in_params and lik is not None:
+        p = weak_least_squares(lik)
+        return p if bounds is None else np.clip(p, *bounds)
+    if bounds is None:
+        raise ValueError(
+            f"{model.name} is nonlinear in its parameters: give a starting point p0, or "
+            "bounds (then the search starts from the best of weak least squares fits "
+            "started in them)"
+        )
+    lo, hi = bounds
+    centre = 0.5 * (lo + hi)
+    if lik is None or not np.all(np.isfinite(centre)):
+        return centre
+    design = stats.qmc.Sobol(lo.size, seed=0).random(_SCREEN_STARTS)
+    best, best_rss = centre, np.inf
+    for s in (centre, *stats.qmc.scale(design, lo, hi)):
+        try:
+            p = _wls_bounded(lik, s, bounds, 20)[0]
+            r = lik.residual(p)
+        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+            continue
+        rss = float(r @ r)
+        if np.isfinite(rss) and rss < best_rss:
+            best, best_rss = p, rss
+    return best
+
+
+def run(problem: FitProblem) -> FitResult:
+    """``fit(method="wls")``."""
+    lik, model = problem.likelihood, problem.model
+    p0 = problem.p0
+    if p0 is None and not model.is_linear_in_params:  # the closed form needs no start
+        p0 = default_start(lik, model, problem.bounds)
+    p, nit, ok = _wls(lik, p0, bounds=problem.bounds, **problem.options)
+    r = lik.residual(p)
+    return FitResult(
+        x=p,
+        method="wls",
+        success=ok,
+        status="converged" if ok else "max_iter",
+        message=_wls_message(model.is_linear_in_params, problem.bounds is not None, ok),
+        nit=nit,
+        nfev=nit + 1,
+        wall_time=0.0,
+        fun=0.5 * float(r @ r),
+        nll=safe_nll(lik, p),
+        covariance_kind="sandwich",
+        **problem.common(),
+    )
+
+
+ESTIMATOR = Estimator(
+    name="wls",
+    run=run,
+    options=frozenset({"max_iter", "tol"}),
+    summary="weak least squares: one linear solve, or Gauss-Newton (biased at high noise)",
+    covariance="sandwich",
+    needs_start=False,
+)

@@ -21,6 +21,9 @@ Covariance kinds (see ``docs/estimators.md``):
     Output error: ``s^2 (J^T J)^{-1}`` from the Jacobian of the weighted state residuals
     (the ``p`` block of the joint ``(p, u0)`` covariance), with ``s^2`` the reduced
     chi-square when the noise level was estimated.
+
+Other kinds are computed by the estimator that made the fit and stored with the result
+(:attr:`FitResult.covariances`): ``"oe"`` above, and the baselines' own (``docs/baselines.md``).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from pymc_wendy.ode import ODEModel
 
 __all__ = ["BiasCorrection", "FitResult", "FitWarning"]
 
-CovarianceKind = Literal["sandwich", "gls", "hessian", "oe"]
+CovarianceKind = Literal["sandwich", "gls", "hessian", "oe"] | str
 _WEAK_KINDS = ("sandwich", "gls", "hessian")
 
 
@@ -145,6 +148,9 @@ class FitResult:
         The weak likelihood (test functions, data, noise); None for pure output error.
     t, U : ndarray, or tuples of arrays
         The data; a tuple with one array per experiment for several.
+    covariances : dict
+        Covariances the estimator computed itself, by kind (``{"oe": ...}`` for output
+        error); the weak-form kinds are computed on demand from ``likelihood``.
     history : dict
         Method-specific record: IRLS iterates and Shapiro-Wilk p-values, the starts of a
         multi-start fit and their NLLs, or the stages of the hybrid method.
@@ -175,7 +181,7 @@ class FitResult:
     u0: np.ndarray | None = None
     history: dict[str, Any] = field(default_factory=dict)
     bias_correction: BiasCorrection | None = None
-    _oe_covariance: np.ndarray | None = field(default=None, repr=False)
+    covariances: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _cov_cache: dict = field(default_factory=dict, repr=False)
 
     # --- identity ------------------------------------------------------------------------
@@ -228,10 +234,8 @@ class FitResult:
             return np.full((self.x.size, self.x.size), np.nan)
         if kind in self._cov_cache:
             return self._cov_cache[kind].copy()
-        if kind == "oe":
-            if self._oe_covariance is None:
-                raise ValueError(f"no output-error covariance for method {self.method!r}")
-            cov = self._oe_covariance
+        if kind in self.covariances:
+            cov = np.asarray(self.covariances[kind], dtype=float)
         elif kind in _WEAK_KINDS:
             if self.likelihood is None:
                 raise ValueError(
@@ -241,10 +245,11 @@ class FitResult:
             if not np.isfinite(self.nll if self.nll is not None else np.inf):
                 raise WeakLikelihoodError("the weak likelihood is undefined at the estimate")
             cov = self.likelihood.parameter_covariance(self.x, method=kind)
+        elif kind == "oe":
+            raise ValueError(f"no output-error covariance for method {self.method!r}")
         else:
-            raise ValueError(
-                f"kind must be one of 'sandwich', 'gls', 'hessian', 'oe'; got {kind!r}"
-            )
+            known = sorted({*_WEAK_KINDS, "oe", *self.covariances})
+            raise ValueError(f"kind must be one of {known}; got {kind!r}")
         self._cov_cache[kind] = cov
         return cov.copy()
 
@@ -313,7 +318,8 @@ class FitResult:
         import xarray as xr
 
         if kinds is None:
-            kinds = [k for k in (*_WEAK_KINDS, "oe") if self._has_kind(k)]
+            weak = _WEAK_KINDS if self.likelihood is not None else ()
+            kinds = [*weak, *(k for k in self.covariances if k not in weak)]
         J = self.x.size
         covs = np.full((len(kinds), J, J), np.nan)
         for i, k in enumerate(kinds):
@@ -394,9 +400,6 @@ class FitResult:
             coords={"experiment": np.arange(self.n_experiments)},
             attrs={"method": self.method, "model": self.model.name},
         )
-
-    def _has_kind(self, kind: str) -> bool:
-        return self._oe_covariance is not None if kind == "oe" else self.likelihood is not None
 
     # --- trajectory ----------------------------------------------------------------------
     def simulate(self, t=None, u0=None, experiment: int | None = None, **solver) -> np.ndarray:

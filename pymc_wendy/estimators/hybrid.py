@@ -68,7 +68,7 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common) -> FitResult:
         covariance_kind=chosen.covariance_kind,
         u0=oe.u0 if keep_oe else None,
         history={"mle": mle, "oels": oe},
-        _oe_covariance=oe._oe_covariance if keep_oe else None,
+        covariances=dict(oe.covariances) if keep_oe else {},
         **common,
     )
 

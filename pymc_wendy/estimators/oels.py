@@ -129,7 +129,7 @@ def _fit_oe(model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, opti
         covariance_kind="oe",
         u0=oe.u0,
         history={"n_failed_solves": oe.n_failed_solves},
-        _oe_covariance=cov,
+        covariances={"oe": cov},
         **common,
     )
 

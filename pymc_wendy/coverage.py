@@ -57,13 +57,6 @@ from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
 
 __all__ = ["default_priors", "open_coverage", "run_coverage", "summarize", "to_table"]
 
-_FIT_KINDS = {
-    "mle": ("hessian", "sandwich", "gls"),
-    "irls": ("gls", "hessian", "sandwich"),
-    "wls": ("sandwich", "gls", "hessian"),
-    "oels": ("oe",),
-    "hybrid": ("hessian", "oe", "sandwich", "gls"),
-}
 _BAYES = ("nuts", "laplace")
 _STORE_VERSION = 1
 
@@ -76,7 +69,9 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
     if isinstance(methods, str):
         methods = [methods]
     from pymc_wendy.bias import resolve
+    from pymc_wendy.estimators import registry
 
+    fit_kinds = {m: registry.kinds(m) for m in registry.names()}
     out: dict[str, tuple[str, str | None]] = {}
     for name in methods:
         base, _, kind = str(name).strip().lower().partition("-")
@@ -93,16 +88,16 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
         if base in _BAYES and not kind:
             out[base_label] = (base_label, None)
             continue
-        if base not in _FIT_KINDS:
+        if base not in fit_kinds:
             raise ValueError(
-                f"unknown method {name!r}: use one of {sorted(_FIT_KINDS) + list(_BAYES)}, "
+                f"unknown method {name!r}: use one of {sorted(fit_kinds) + list(_BAYES)}, "
                 "optionally with a covariance, e.g. 'mle-sandwich'"
             )
-        kind = kind or _FIT_KINDS[base][0]
-        if kind not in _FIT_KINDS[base]:
+        kind = kind or fit_kinds[base][0]
+        if kind not in fit_kinds[base]:
             raise ValueError(
                 f"method {name!r}: covariance {kind!r} is not available for {base!r} "
-                f"(choose from {list(_FIT_KINDS[base])})"
+                f"(choose from {list(fit_kinds[base])})"
             )
         out[f"{base_label}-{kind}"] = (base_label, kind)
     if not out:
@@ -749,6 +744,8 @@ def open_coverage(store: str | os.PathLike, problem: str | Problem | None = None
             f"problem {prob.name!r} has {len(prob.params)} parameters; the stored study has "
             f"{truth.size}"
         )
+    from pymc_wendy.estimators import registry
+
     records = _Store.read(path)
     labels: dict[str, tuple[str, str | None]] = {}
     for rec in records.values():
@@ -757,7 +754,7 @@ def open_coverage(store: str | os.PathLike, problem: str | Problem | None = None
             labels.setdefault(base, (base, None))
             continue
         # a run that failed before its intervals names none; the estimator's default then
-        for kind in rec["intervals"] or [_FIT_KINDS[_split(base)[0]][0]]:
+        for kind in rec["intervals"] or [registry.kinds(_split(base)[0])[0]]:
             labels.setdefault(f"{base}-{kind}", (base, kind))
     noise_ratios = sorted({float(r["noise_ratio"]) for r in records.values()})
     n_points = sorted({int(r["n_points"]) for r in records.values()})

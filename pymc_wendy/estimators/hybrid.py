@@ -99,5 +99,7 @@ ESTIMATOR = Estimator(
     run=run,
     options=frozenset({"mle", "oels"}),
     summary="WENDy-MLE, then output error from it unless its weak NLL is clearly worse",
+    covariance="hessian",  # that of the kept estimate: "oe" when output error is kept
+    alternatives=("oe", "sandwich", "gls"),
     check_options=_check_options,
 )

@@ -146,4 +146,5 @@ ESTIMATOR = Estimator(
     options=frozenset(_DEFAULTS),
     summary="WENDy-IRLS: reweighted generalised least squares (WENDy 2023, Algorithm 2)",
     covariance="gls",
+    alternatives=("hessian", "sandwich"),
 )

@@ -279,4 +279,5 @@ ESTIMATOR = Estimator(
     options=TRUST_EXACT | TRUST_CONSTR | {"warm_start"},
     summary="WENDy-MLE: trust-region Newton on the weak negative log-likelihood",
     covariance="hessian",
+    alternatives=("sandwich", "gls"),
 )

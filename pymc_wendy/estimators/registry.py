@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pymc_wendy.estimators._problem import FitProblem
     from pymc_wendy.results import FitResult
 
-__all__ = ["Estimator", "get", "names", "register"]
+__all__ = ["Estimator", "get", "kinds", "names", "register"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,9 @@ class Estimator:
         One line for the method table.
     covariance : str or None
         Default covariance kind of its results (``FitResult.covariance_kind``).
+    alternatives : tuple of str
+        The other covariance kinds its results offer (coverage studies can ask for them as
+        ``"mle-sandwich"``).
     weak_likelihood : bool
         Whether it needs a weak likelihood built from the data (output-error methods do
         not: ``problem.likelihood`` is then None unless the user passed one).
@@ -53,6 +56,7 @@ class Estimator:
     options: frozenset[str]
     summary: str
     covariance: str | None = None
+    alternatives: tuple[str, ...] = ()
     weak_likelihood: bool = True
     needs_start: bool = True
     check_options: Callable[[Mapping, str], None] | None = field(default=None, compare=False)
@@ -77,6 +81,12 @@ def get(name: str) -> Estimator:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise ValueError(f"method must be one of {names()}; got {name!r}") from None
+
+
+def kinds(name: str) -> tuple[str, ...]:
+    """Covariance kinds the results of ``name`` offer, the default first."""
+    est = get(name)
+    return tuple(k for k in (est.covariance, *est.alternatives) if k is not None)
 
 
 def names() -> tuple[str, ...]:

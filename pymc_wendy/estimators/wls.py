@@ -153,5 +153,6 @@ ESTIMATOR = Estimator(
     options=frozenset({"max_iter", "tol"}),
     summary="weak least squares: one linear solve, or Gauss-Newton (biased at high noise)",
     covariance="sandwich",
+    alternatives=("gls", "hessian"),
     needs_start=False,
 )

@@ -100,8 +100,13 @@ def bump(s: np.ndarray, eta: float = 9.0) -> np.ndarray:
     return np.where(inside, np.exp(-eta / denominator), 0.0)
 
 
-def bump_derivative(s: np.ndarray, eta: float = 9.0) -> np.ndarray:
-    """Evaluate ``d/ds`` of :func:`bump`: ``psi(s) * (-2 eta s / (1 - s^2)^2)``.
+def bump_derivative(s: np.ndarray, eta: float = 9.0, order: int = 1) -> np.ndarray:
+    """Evaluate the ``order``-th derivative in ``s`` of :func:`bump`.
+
+    ``psi^(k)(s) = psi(s) N_k(s) / (1 - s^2)^(2k)`` with polynomials ``N_0 = 1``,
+    ``N_{k+1} = q (q N_k' + 4 k s N_k) - 2 eta s N_k`` (``q = 1 - s^2``); ``N_1 = -2 eta s``
+    gives ``psi' = psi (-2 eta s / (1 - s^2)^2)``. Every derivative vanishes at ``|s| = 1``,
+    which is what lets the weak form move ``order`` derivatives onto the test function.
 
     Parameters
     ----------
@@ -109,16 +114,33 @@ def bump_derivative(s: np.ndarray, eta: float = 9.0) -> np.ndarray:
         Points in the reference coordinate.
     eta : float, default 9.0
         Shape parameter.
+    order : int, default 1
+        Order of the derivative (0 is :func:`bump` itself).
 
     Returns
     -------
     numpy.ndarray
         Derivative values, same shape as ``s`` (zero outside ``|s| < 1``).
     """
+    order = int(order)
+    if order < 0:
+        raise ValueError(f"order must be >= 0; got {order}")
     s = np.asarray(s, dtype=float)
     inside = np.abs(s) < 1.0
     denominator = np.where(inside, 1.0 - s * s, 1.0)
-    return np.where(inside, np.exp(-eta / denominator) * (-2.0 * eta * s / denominator**2), 0.0)
+    numerator = _bump_numerator(order, float(eta))
+    value = np.exp(-eta / denominator) * numerator(s) / denominator ** (2 * order)
+    return np.where(inside, value, 0.0)
+
+
+def _bump_numerator(order: int, eta: float) -> np.polynomial.Polynomial:
+    """``N_order`` of :func:`bump_derivative`."""
+    P = np.polynomial.Polynomial
+    q, x = P([1.0, 0.0, -1.0]), P([0.0, 1.0])
+    N = P([1.0])
+    for k in range(order):
+        N = q * (q * N.deriv() + 4 * k * x * N) - 2 * eta * x * N
+    return N
 
 
 def quadrature_weights(t: np.ndarray) -> np.ndarray:
@@ -262,15 +284,16 @@ class TestFunctions:
         """Number of time points ``M + 1`` (columns)."""
         return int(self.phi.shape[1])
 
-    def evaluate(self, times: np.ndarray, derivative: bool = False) -> np.ndarray:
+    def evaluate(self, times: np.ndarray, derivative: bool | int = False) -> np.ndarray:
         """Values (or time derivatives) of the kept test functions at arbitrary times.
 
         Parameters
         ----------
         times : array_like, shape (n,)
             Evaluation times; outside the supports the functions are zero.
-        derivative : bool, default False
-            Return ``phi_k'(times)`` instead of ``phi_k(times)``.
+        derivative : bool or int, default False
+            Order of the time derivative: ``True`` is 1 (``phi_k'``), ``2`` gives
+            ``phi_k''`` and so on; ``False`` / 0 the values.
 
         Returns
         -------
@@ -287,15 +310,32 @@ class TestFunctions:
                 "these test functions were supplied as matrices and have no analytic form; "
                 "evaluate() needs test functions from build_test_functions()"
             )
+        order = int(derivative)
+        if order < 0:
+            raise ValueError(f"derivative must be an order >= 0; got {derivative!r}")
         times = np.atleast_1d(np.asarray(times, dtype=float))
         if times.ndim != 1:
             raise ValueError(f"times must be 1-D, got shape {times.shape}")
         s = (times[None, :] - self.centres[:, None]) / self.widths[:, None]
-        if derivative:
-            basis = bump_derivative(s, self.eta) * (self.scales / self.widths)[:, None]
-        else:
-            basis = bump(s, self.eta) * self.scales[:, None]
+        scale = self.scales / self.widths**order  # d/dt = (1 / width) d/ds
+        basis = bump_derivative(s, self.eta, order) * scale[:, None]
         return self.coefficients @ basis
+
+    def derivative_matrix(self, order: int) -> np.ndarray:
+        """``Phi^(order)[k, m] = phi_k^(order)(t_m) w_m`` on the data grid, shape (K, M+1).
+
+        Order 0 is :attr:`phi`, order 1 :attr:`dphi`; higher orders (for models of order
+        ``p``, whose weak form moves ``p`` derivatives onto the test functions) are
+        evaluated from the analytic representation with the same quadrature weights.
+        """
+        order = int(order)
+        if order == 0:
+            return self.phi
+        if order == 1:
+            return self.dphi
+        if self.t is None:
+            raise ValueError("derivative_matrix needs the time grid of the test functions")
+        return self.evaluate(self.t, derivative=order) * quadrature_weights(self.t)
 
     def __repr__(self) -> str:
         radii = np.array2string(np.asarray(self.radii), precision=4, separator=", ")

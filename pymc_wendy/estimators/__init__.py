@@ -19,6 +19,14 @@ method     estimator (module)
 "hybrid"   WENDy-MLE, then output error started from it (:mod:`.hybrid`); the output-error
            estimate is kept unless its weak NLL is worse than the MLE's by more than 5 % of
            ``|l(p_MLE)|``.
+"deq"      Matsuda-Miyatake discretization-error quantification (:mod:`.deq`): fixed-step
+           Euler / Heun / RK4 output error over ``(p, u0)`` whose residual variances (noise
+           plus discretization error, non-decreasing in time) are re-estimated by isotonic
+           regression between weighted least-squares steps (IRLS, exact discrete Jacobian).
+"oc"       Brunel-Clairon-d'Alché-Buc orthogonality conditions (:mod:`.oc`): weak-form
+           conditions on a GCV-chosen regression-spline proxy, sine or B-spline test
+           functions, their number chosen by prediction error, ``min |e(p)|^2``, and the
+           paper's closed-form sandwich variance (kind ``"oc"``).
 =========  ==================================================================================
 
 Each method is one module describing itself by an :class:`~.registry.Estimator`; ``fit``
@@ -26,7 +34,7 @@ validates its inputs once (:mod:`._problem`) and dispatches through :mod:`.regis
 Choices and their reasons are collected in ``docs/estimators.md``.
 """
 
-from pymc_wendy.estimators import hybrid, irls, mle, oels, wls
+from pymc_wendy.estimators import deq, hybrid, irls, mle, oc, oels, wls
 from pymc_wendy.estimators._fit import fit
 from pymc_wendy.estimators.mle import wendy_mle
 from pymc_wendy.estimators.oels import estimate_initial_state
@@ -44,6 +52,6 @@ __all__ = [
     "wendy_mle",
 ]
 
-for _module in (mle, irls, wls, oels, hybrid):
+for _module in (mle, irls, wls, oels, hybrid, deq, oc):
     register(_module.ESTIMATOR)
 del _module

@@ -107,7 +107,8 @@ class FitResult:
     x : ndarray, shape (J,)
         The estimate (``p``); :attr:`params` maps names to values.
     method : str
-        ``"mle"``, ``"irls"``, ``"wls"``, ``"oels"`` or ``"hybrid"``.
+        The registered estimator that made the fit (``"mle"``, ``"irls"``, ``"wls"``,
+        ``"oels"``, ``"hybrid"``, ``"deq"``, ``"oc"``; ``pw.estimators.methods()``).
     model : ODEModel
         The model that was fitted.
     success : bool

@@ -293,3 +293,16 @@ def test_result_pickles_and_profile_option(lorenz):
     assert ci.shape == (6, 2) and again.history["ci_level"] == 0.5
     theta = again.history["theta"]
     assert np.all((ci[:, 0] < theta) & (theta < ci[:, 1]))
+
+
+def test_start_that_blows_up_falls_back_to_a_fitted_initial_state():
+    """Logistic growth at 5 % noise, seed 8: the parabola through the first points starts
+    the state at -0.054, where u' = u - u^2 runs off to -inf; the fit still converges."""
+    prob = pw.get_problem("logistic")
+    data = prob.simulate(n_points=257, noise_ratio=0.05, seed=8)
+    t0, tn = data.t[0], data.t[-1]
+    with pytest.raises(pw.SimulationError):  # the trap is real
+        solve(prob.model, prob.p_true, [-0.054], np.linspace(t0, tn, 5), method="RK45")
+    res = pw.fit(prob.model, data.t, data.U, method="deq")
+    assert res.success and res.u0[0] > 0
+    assert np.all(np.abs(res.x - prob.p_true) < 4 * res.stderr)

@@ -49,6 +49,7 @@ def _row(summary, label: str) -> dict:
     return {
         "coef_error": float(s["coef_error_mean"]),
         "coef_error_se": float(s.get("coef_error_mean_se", np.nan)),
+        "coef_error_median": float(s["coef_error_median"]),
         "coverage": c,
         "coverage_se": c_se,
         "wall_time": float(s["wall_time"]),

@@ -24,6 +24,9 @@ setting were the paper's. The paper also says the B-spline test functions have s
 ``]0, 20[``; ours span the whole observation interval ``[0, 100]``.
 
 Run:  python benchmarks/oc_reproduction.py [--quick] [--replicates R] [--families bspline,sine]
+      [--cells 200x8,50x8] [--nonneg] [--out PATH]
+
+``--nonneg`` bounds the rates to ``[0, 1]`` (``fit(bounds=...)``).
 Writes ``benchmarks/results/oc_alpha_pinene[_quick].json``.
 """
 
@@ -115,7 +118,7 @@ def nls_crb_trace(n: int, sigma: float) -> float:
     return float(sigma**2 * np.trace(np.linalg.inv(S.T @ S)))
 
 
-def run_cell(model, n, sigma, family, R, seed0, progress) -> dict:
+def run_cell(model, n, sigma, family, R, seed0, progress, bounds=None) -> dict:
     t = np.linspace(0, T_END, n)
     X = solution(THETA, t)
     est, traces, cover, Ls, fails = [], [], [], [], 0
@@ -126,7 +129,9 @@ def run_cell(model, n, sigma, family, R, seed0, progress) -> dict:
         U = X + sigma * rng.standard_normal(X.shape)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pw.FitWarning)
-            res = pw.fit(model, t, U, method="oc", options={"test_functions": family})
+            res = pw.fit(
+                model, t, U, method="oc", bounds=bounds, options={"test_functions": family}
+            )
         fails += not res.success
         V = res.covariance("oc")
         d = res.x - THETA
@@ -176,8 +181,15 @@ def main(argv=None) -> int:
     ap.add_argument("--families", default="bspline,sine")
     ap.add_argument("--seed", type=int, default=20140)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cells", default=None, help="e.g. 200x8,50x8 (default: all, or quick)")
+    ap.add_argument(
+        "--nonneg", action="store_true", help="rates bounded to [0, 1] (fit(bounds=...))"
+    )
     args = ap.parse_args(argv)
     cells = QUICK_CELLS if args.quick else CELLS
+    if args.cells:
+        cells = [(int(a), float(b)) for a, b in (c.split("x") for c in args.cells.split(","))]
+    bounds = [(0.0, 1.0)] * 5 if args.nonneg else None
     R = args.replicates or (20 if args.quick else 200)
     families = args.families.split(",")
     out = Path(args.out) if args.out else Path(__file__).parent / "results" / (
@@ -191,7 +203,8 @@ def main(argv=None) -> int:
     for n, sigma in cells:
         crb = nls_crb_trace(n, sigma)
         for fam in families:
-            row = run_cell(model, n, sigma, fam, R, args.seed, progress=True)
+            row = run_cell(model, n, sigma, fam, R, args.seed, progress=True, bounds=bounds)
+            row["bounds"] = bounds
             row["nls_crb_trace"] = crb
             row["paper_x1e-2"] = PAPER[(n, sigma)]
             rows.append(row)

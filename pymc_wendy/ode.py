@@ -391,6 +391,14 @@ class ODEModel:
     def _functions(self) -> dict[tuple[str, str], Callable]:
         return {}
 
+    def _cached(self, key: tuple[str, str], build: Callable[[ODEModel], Callable]) -> Callable:
+        """``build(self)``, compiled once per model and kept with its generated functions
+        (the sensitivity right-hand side of output error, the fixed-step kernel of ``deq``)."""
+        fn = self._functions.get(key)
+        if fn is None:
+            fn = self._functions[key] = build(self)
+        return fn
+
     def _compiled(self, which: str, style: str = "numpy") -> Callable:
         fn = self._functions.get((which, style))
         if fn is None:

@@ -68,10 +68,7 @@ def _sensitivity_rhs(model: ODEModel):
 
     Compiled once per model (kept with the model's other generated functions).
     """
-    cached = model._functions.get(("sensitivity", "loop"))
-    if cached is None:
-        cached = model._functions[("sensitivity", "loop")] = _compile_sensitivity_rhs(model)
-    return cached
+    return model._cached(("sensitivity", "loop"), _compile_sensitivity_rhs)
 
 
 def _compile_sensitivity_rhs(model: ODEModel):

@@ -223,10 +223,7 @@ def _steps_per_interval(t: np.ndarray, n_steps, dt) -> np.ndarray:
 # --- the discrete solution and its sensitivities --------------------------------------------
 def _kernel(model: ODEModel):
     """numba ``integrate(t, steps, p, x0, A, b, c, sens, X, S) -> n_ok`` for ``model``."""
-    cached = model._functions.get(("deq", "kernel"))
-    if cached is None:
-        cached = model._functions[("deq", "kernel")] = _compile_kernel(model)
-    return cached
+    return model._cached(("deq", "kernel"), _compile_kernel)
 
 
 def _compile_kernel(model: ODEModel):

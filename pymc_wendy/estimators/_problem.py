@@ -25,7 +25,7 @@ from pymc_wendy.test_functions import TestFunctions
 # Option names checked by kind whichever estimator accepts them
 _COUNTS = {"maxiter", "max_iter", "max_nfev", "n_steps"}
 _TOLERANCES = {"tol", "gtol", "xtol", "ftol", "sw_tol", "barrier_tol"}
-_FLAGS = {"warm_start"}
+_FLAGS = {"warm_start", "fit_u0", "update_variance", "qml_start", "profile_ci"}
 
 
 @dataclass
@@ -141,9 +141,8 @@ def prepare(
 
 def check_options(estimator: Estimator, options: Mapping, where: str = "options") -> None:
     """Unknown option names and invalid counts, tolerances or flags, before any work."""
-    if estimator.check_options is not None:
+    if estimator.check_options is not None:  # its own rules first (a scheme, nested options)
         estimator.check_options(options, where)
-        return
     known = estimator.options
     unknown = set(options) - known
     if unknown:

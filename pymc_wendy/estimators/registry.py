@@ -47,8 +47,8 @@ class Estimator:
         (:func:`~pymc_wendy.estimators.wls.default_start`) and pass it as
         ``problem.start``.
     check_options : callable, optional
-        ``check_options(options, where)`` replacing the generic check of names, counts and
-        tolerances (for nested options).
+        ``check_options(options, where)``: the method's own rules (a scheme's name, nested
+        options), run before the generic check of names, counts, tolerances and flags.
     """
 
     name: str

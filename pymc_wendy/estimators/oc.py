@@ -79,6 +79,7 @@ from scipy.special import roots_legendre
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.estimators.wls import screened_start
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.problems import SimulationError, solve
 from pymc_wendy.results import FitResult
@@ -320,17 +321,13 @@ def _nonlinear_start(problem: FitProblem, cond: _Conditions) -> np.ndarray:
             f"{problem.model.name} is nonlinear in its parameters: give p0, or bounds (then "
             "the orthogonality conditions are minimised from 17 points in them)"
         )
-    from scipy.stats import qmc
 
-    lo, hi = problem.bounds
-    starts = np.vstack([(lo + hi) / 2, qmc.scale(qmc.Sobol(lo.size, seed=0).random(16), lo, hi)])
-    best, best_q = starts[0], np.inf
-    for s in starts:  # a loop over starting points
+    def fit_from(s):
         p = _minimise(cond, s, problem.bounds, {"max_nfev": 50})[0]
         r = cond.residual(p)
-        if np.isfinite(r @ r) and r @ r < best_q:
-            best, best_q = p, float(r @ r)
-    return best
+        return p, float(r @ r)
+
+    return screened_start(problem.bounds, fit_from)
 
 
 def _prediction_sse(model, p, u0, t, U, solver) -> float:

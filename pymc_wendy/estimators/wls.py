@@ -8,6 +8,8 @@ other weak-form estimators.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from scipy import optimize, stats
 
@@ -18,7 +20,7 @@ from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.results import FitResult
 
-__all__ = ["default_start", "weak_least_squares"]
+__all__ = ["default_start", "screened_start", "weak_least_squares"]
 
 
 def _wls(lik: WeakLikelihood, p0, max_iter: int = 50, tol: float = 1e-10, bounds=None):
@@ -109,17 +111,30 @@ def default_start(lik: WeakLikelihood | None, model: ODEModel, bounds) -> np.nda
     centre = 0.5 * (lo + hi)
     if lik is None or not np.all(np.isfinite(centre)):
         return centre
+
+    def fit_from(s):
+        p = _wls_bounded(lik, s, bounds, 20)[0]
+        r = lik.residual(p)
+        return p, float(r @ r)
+
+    return screened_start(bounds, fit_from)
+
+
+def screened_start(bounds, fit_from: Callable[[np.ndarray], tuple[np.ndarray, float]]):
+    """The best of ``fit_from(s) -> (p, misfit)`` over the box's centre and a scrambled Sobol
+    design of ``_SCREEN_STARTS`` points in it (the centre itself when every fit fails); the
+    start for models nonlinear in the parameters, whichever misfit a method minimises."""
+    lo, hi = bounds
+    centre = 0.5 * (lo + hi)
     design = stats.qmc.Sobol(lo.size, seed=0).random(_SCREEN_STARTS)
-    best, best_rss = centre, np.inf
+    best, best_misfit = centre, np.inf
     for s in (centre, *stats.qmc.scale(design, lo, hi)):
         try:
-            p = _wls_bounded(lik, s, bounds, 20)[0]
-            r = lik.residual(p)
+            p, misfit = fit_from(s)
         except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
             continue
-        rss = float(r @ r)
-        if np.isfinite(rss) and rss < best_rss:
-            best, best_rss = p, rss
+        if np.isfinite(misfit) and misfit < best_misfit:
+            best, best_misfit = p, misfit
     return best
 
 

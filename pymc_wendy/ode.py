@@ -169,6 +169,33 @@ def _check_names(names: Sequence[str], what: str) -> tuple[str, ...]:
     return names
 
 
+def _check_orders(order, D: int) -> tuple[int, ...]:
+    orders = (order,) * D if np.ndim(order) == 0 else tuple(order)
+    if len(orders) != D:
+        raise ODEDefinitionError(f"order must be one integer or one per state ({D}); got {order!r}")
+    for q in orders:
+        if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 1:
+            raise ODEDefinitionError(f"order must hold integers >= 1; got {order!r}")
+    return tuple(int(q) for q in orders)
+
+
+def _check_input_names(inputs, states, params) -> tuple[str, ...]:
+    if isinstance(inputs, str):
+        raise ODEDefinitionError(f"inputs must be a sequence of names, not the string {inputs!r}")
+    if not len(inputs):
+        return ()
+    inputs = _check_names(inputs, "inputs")
+    shared = sorted(set(inputs) & (set(states) | set(params)))
+    if shared:
+        raise ODEDefinitionError(f"{shared} name both an input and a state or parameter")
+    return inputs
+
+
+def _derivative_name(states: Sequence[str], d: int, k: int) -> str:
+    """How the k-th derivative of state d is printed: x, x', x'', x''', then x^(4)."""
+    return states[d] + ("'" * k if k <= 3 else f"^({k})")
+
+
 def _check_disjoint(states: tuple[str, ...], params: tuple[str, ...]) -> None:
     # labelled outputs (summaries, xarray, ArviZ coords) key states and parameters by name
     shared = sorted(set(states) & set(params))
@@ -191,10 +218,24 @@ class ODEModel:
         arrays of symbols (index them or unpack them), ``t`` as a symbol. Use arithmetic and
         elementary functions from ``math``, ``numpy`` or ``sympy``; Python control flow on
         states or parameters cannot be traced (use ``numpy.where`` or ``sympy.Piecewise``).
+        With ``inputs`` the signature is ``rhs(t, u, p, w)``, ``w`` the known inputs.
     states, params : sequence of str
         Names of the D states and J parameters, in the order ``u`` and ``p`` are indexed.
     name : str, optional
         A label for printing and results.
+    order : int or sequence of int, default 1
+        Order of the equation of each state (one value for all). For a state of order
+        ``q > 1``, ``u`` holds the state and its derivatives up to ``q - 1`` in a row
+        (the companion layout: ``x, x', y, y', y''`` for orders ``(2, 3)``) and ``rhs``
+        returns its ``q``-th derivative. Derivatives may enter the right-hand side only
+        linearly with coefficients that depend on the parameters alone (``-c * x'``, not
+        ``x * x'``): integration by parts then moves them onto the test functions and the
+        weak form needs no derivative data (``docs/higher_order.md``).
+    inputs : sequence of str, optional
+        Names of known forcing inputs ``w(t)`` (their values are data, given to the
+        likelihood). Inputs may enter only linearly with parameter-only coefficients
+        (``b * w[0]``), so that they enter the weak form through the exact integrals
+        ``int phi(t) w(t) dt``, which stay exact for discontinuous pulses.
 
     Examples
     --------
@@ -213,15 +254,19 @@ class ODEModel:
         params: Sequence[str],
         *,
         name: str | None = None,
+        order: int | Sequence[int] = 1,
+        inputs: Sequence[str] = (),
     ):
         self.states = _check_names(states, "states")
         self.params = _check_names(params, "params")
         _check_disjoint(self.states, self.params)
+        self.orders = _check_orders(order, len(self.states))
+        self.inputs = _check_input_names(inputs, self.states, self.params)
         self.name = name or getattr(rhs, "__name__", "ode")
         self.rhs = rhs
         self.transform: str | None = None
         t, u, p = self._symbols()
-        exprs = self._trace(rhs, t, u, p)
+        exprs = self._trace(rhs, t, self._companion_symbols(), p, self._input_symbols())
         self._set_expressions(exprs)
 
     # construction helpers
@@ -231,20 +276,35 @@ class ODEModel:
         p = [sp.Symbol(f"p{j}", real=True) for j in range(len(self.params))]
         return t, u, p
 
-    def _trace(self, rhs: Callable, t, u, p) -> list[sp.Expr]:
+    def _companion_symbols(self) -> list[sp.Symbol]:
+        """State symbols in the companion layout: ``u_d`` then its derivatives ``u_d_k``."""
+        out = []
+        for d, q in enumerate(self.orders):
+            out.append(sp.Symbol(f"u{d}", real=True))
+            out += [sp.Symbol(f"u{d}_{k}", real=True) for k in range(1, q)]
+        return out
+
+    def _input_symbols(self) -> list[sp.Symbol]:
+        return [sp.Symbol(f"w{i}", real=True) for i in range(len(self.inputs))]
+
+    def _trace(self, rhs: Callable, t, u, p, w=()) -> list[sp.Expr]:
+        signature = "rhs(t, u, p, w)" if w else "rhs(t, u, p)"
         if not callable(rhs):
-            raise ODEDefinitionError(f"rhs must be callable as rhs(t, u, p); got {type(rhs)!r}")
+            raise ODEDefinitionError(f"rhs must be callable as {signature}; got {type(rhs)!r}")
         D = len(self.states)
         traced = _symbolic_copy(rhs)
+        args = [t, np.array(u, dtype=object), np.array(p, dtype=object)]
+        if w:
+            args.append(np.array(w, dtype=object))
         try:
-            out = traced(t, np.array(u, dtype=object), np.array(p, dtype=object))
+            out = traced(*args)
         except ODEDefinitionError:
             raise
         except ValueError as exc:
             if "unpack" in str(exc):
                 raise ODEDefinitionError(
                     f"the right-hand side unpacks u or p into a different number of names than "
-                    f"given: {len(self.states)} states {list(self.states)}, {len(self.params)} "
+                    f"given: {len(u)} states {list(self.companion_states)}, {len(self.params)} "
                     f"params {list(self.params)} ({exc})"
                 ) from exc
             raise ODEDefinitionError(f"could not trace the right-hand side: {exc}") from exc
@@ -274,7 +334,7 @@ class ODEModel:
                 f"rhs returned {len(out)} components but {D} states were named {list(self.states)}"
             )
         exprs = []
-        allowed = {t, *u, *p}
+        allowed = {t, *u, *p, *w}
         for d, e in enumerate(out):
             try:
                 e = sp.sympify(e)
@@ -298,8 +358,50 @@ class ODEModel:
         return exprs
 
     def _set_expressions(self, exprs: Sequence[sp.Expr]):
+        """Split the traced right-hand sides into the weak form's three kinds of term.
+
+        ``expressions`` keeps the pointwise part ``f(t, u, p)`` in the observed states (what
+        the generated derivatives evaluate at the data); derivative terms and inputs, which
+        enter linearly with parameter-only coefficients, go to ``derivative_terms``
+        (``(d, e, k) -> coefficient of the k-th derivative of state e in equation d``) and
+        ``input_terms`` (``(d, i) -> coefficient of input i``).
+        """
         self._t, self._u, self._p = self._symbols()
-        self.expressions = tuple(exprs)
+        self.full_expressions = tuple(exprs)
+        inputs = self._input_symbols()
+        derivs = {}
+        for d, q in enumerate(self.orders):
+            for k in range(1, q):
+                derivs[sp.Symbol(f"u{d}_{k}", real=True)] = (d, k)
+        linear_syms = [*derivs, *inputs]
+        params = set(self._p)
+        pointwise, deriv_terms, input_terms = [], {}, {}
+        for d, e in enumerate(exprs):
+            for sym in linear_syms:
+                coeff = sp.diff(e, sym)
+                if coeff == 0:
+                    continue
+                if not coeff.free_symbols <= params:
+                    what = (
+                        f"input {self.inputs[inputs.index(sym)]!r}"
+                        if sym in inputs
+                        else _derivative_name(self.states, *derivs[sym])
+                    )
+                    raise ODEDefinitionError(
+                        f"equation {d} ({self.states[d]}): {what} must enter linearly with a "
+                        f"coefficient of the parameters alone; its coefficient is "
+                        f"{self._named(coeff)}"
+                    )
+                if sym in inputs:
+                    input_terms[(d, inputs.index(sym))] = coeff
+                else:
+                    state, k = derivs[sym]
+                    deriv_terms[(d, state, k)] = coeff
+            rest = e.xreplace({sym: 0 for sym in linear_syms}) if linear_syms else e
+            pointwise.append(rest)
+        self.expressions = tuple(pointwise)
+        self.derivative_terms = deriv_terms
+        self.input_terms = input_terms
 
     @classmethod
     def from_expressions(
@@ -318,6 +420,8 @@ class ODEModel:
         obj.name = name
         obj.rhs = None
         obj.transform = None
+        obj.orders = (1,) * len(obj.states)
+        obj.inputs = ()
         obj._set_expressions([sp.sympify(e) for e in exprs])
         return obj
 
@@ -338,15 +442,50 @@ class ODEModel:
     def n_params(self) -> int:
         return len(self.params)
 
+    @property
+    def has_operator_terms(self) -> bool:
+        """True for models of order > 1 or with inputs: their weak residual carries
+        parameter-dependent derivative operators and input integrals
+        (:mod:`pymc_wendy.higher_order`), not only the pointwise ``Phi f + dPhi U``."""
+        return any(q > 1 for q in self.orders) or bool(self.inputs)
+
+    @property
+    def companion_states(self) -> tuple[str, ...]:
+        """Names of the first-order companion system's states (``x, x', y, ...``): the
+        layout of ``u`` in ``rhs`` and of initial conditions for forward simulation."""
+        return tuple(
+            _derivative_name(self.states, d, k) for d, q in enumerate(self.orders) for k in range(q)
+        )
+
+    def _named(self, expr: sp.Expr) -> sp.Expr:
+        """``expr`` with internal symbols replaced by the user's names (for messages)."""
+        pairs = [
+            *zip(self._companion_symbols(), self.companion_states, strict=True),
+            *zip(self._p, self.params, strict=True),
+            *zip(self._input_symbols(), self.inputs, strict=True),
+        ]
+        return expr.xreplace({s: sp.Symbol(n) for s, n in pairs})
+
     def __repr__(self) -> str:
         lines = [
             f"ODEModel {self.name!r}" + (f" ({self.transform} states)" if self.transform else "")
         ]
-        subs = {s: sp.Symbol(n) for s, n in zip(self._u, self.states, strict=True)}
-        subs |= {s: sp.Symbol(n) for s, n in zip(self._p, self.params, strict=True)}
-        for name, e in zip(self.states, self.expressions, strict=True):
-            lines.append(f"  d{name}/dt = {e.xreplace(subs)}")
+        for d, e in enumerate(self.full_expressions):
+            q = self.orders[d]
+            lhs = f"d{self.states[d]}/dt" if q == 1 else _derivative_name(self.states, d, q)
+            lines.append(f"  {lhs} = {self._named(e)}")
         return "\n".join(lines)
+
+    @property
+    def _key(self) -> tuple:
+        """What identifies the equations: two models with equal keys are the same ODE."""
+        return (
+            self.states,
+            self.params,
+            self.orders,
+            self.inputs,
+            tuple(map(str, self.full_expressions)),
+        )
 
     @cached_property
     def _jacobians(self) -> dict[str, sp.Array]:
@@ -384,8 +523,15 @@ class ODEModel:
 
     @cached_property
     def is_linear_in_params(self) -> bool:
-        """True when every ``d2f/dp2`` is identically zero (``f = sum_j p_j theta_j + theta_0``)."""
-        return all(sp.expand(e) == 0 for e in np.asarray(self._jacobians["f_pp"].tolist()).ravel())
+        """True when every ``d2f/dp2`` is identically zero (``f = sum_j p_j theta_j + theta_0``)
+        and the coefficients of derivative terms and inputs are affine in the parameters."""
+        pointwise = all(
+            sp.expand(e) == 0 for e in np.asarray(self._jacobians["f_pp"].tolist()).ravel()
+        )
+        coeffs = [*self.derivative_terms.values(), *self.input_terms.values()]
+        return pointwise and all(
+            sp.expand(sp.diff(c, a, b)) == 0 for c in coeffs for a in self._p for b in self._p
+        )
 
     @cached_property
     def _functions(self) -> dict[tuple[str, str], Callable]:
@@ -456,13 +602,75 @@ class ODEModel:
         """Right-hand side at each row of ``U``: shape (n, D)."""
         return self.evaluate("f", t, U, p)
 
-    def __call__(self, t: float, u, p) -> np.ndarray:
-        """Right-hand side at a single time and state, for ODE solvers: shape (D,)."""
-        return self.evaluate("f", np.atleast_1d(t), np.atleast_2d(u), p)[0]
+    def __call__(self, t: float, u, p, w=None) -> np.ndarray:
+        """Right-hand side at a single time and state, for ODE solvers: shape (D,).
 
-    def jacobian(self, t: float, u, p) -> np.ndarray:
-        """``df/du`` at a single time and state, for stiff solvers: shape (D, D)."""
-        return self.evaluate("f_u", np.atleast_1d(t), np.atleast_2d(u), p)[0]
+        For a model with derivative terms or inputs, the right-hand side of the first-order
+        companion system: ``u`` in the layout of :attr:`companion_states`, ``w`` the input
+        values at ``t``; shape ``(len(companion_states),)``.
+        """
+        if not self.has_operator_terms:
+            return self.evaluate("f", np.atleast_1d(t), np.atleast_2d(u), p)[0]
+        y = self._companion_point(u, w)
+        full = self._companion_function("rhs")(
+            np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states))
+        )[0]
+        out = np.empty(y.shape[1] - len(self.inputs))
+        out[:-1] = y[0, 1 : out.size]
+        out[self._top] = full
+        return out
+
+    def jacobian(self, t: float, u, p, w=None) -> np.ndarray:
+        """``df/du`` at a single time and state, for stiff solvers: shape (D, D) (the
+        companion system's Jacobian for a model with derivative terms or inputs)."""
+        if not self.has_operator_terms:
+            return self.evaluate("f_u", np.atleast_1d(t), np.atleast_2d(u), p)[0]
+        y = self._companion_point(u, w)
+        n = y.shape[1] - len(self.inputs)
+        out = np.zeros((n, n))
+        out[np.arange(n - 1), np.arange(1, n)] = 1.0
+        rows = self._companion_function("jac")(
+            np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states, n))
+        )[0]
+        out[self._top] = rows
+        return out
+
+    @property
+    def _top(self) -> np.ndarray:
+        """Rows of the companion system that hold each state's highest derivative."""
+        return np.cumsum(self.orders) - 1
+
+    def _companion_point(self, u, w) -> np.ndarray:
+        u = np.asarray(u, dtype=float).ravel()
+        n = sum(self.orders)
+        if u.size != n:
+            raise ValueError(
+                f"u must hold the {n} companion states {list(self.companion_states)}; "
+                f"got {u.size} values"
+            )
+        w = np.zeros(0) if w is None else np.asarray(w, dtype=float).ravel()
+        if w.size != len(self.inputs):
+            raise ValueError(f"w must hold the {len(self.inputs)} inputs {list(self.inputs)}")
+        return np.concatenate([u, w])[None, :]
+
+    def _companion_function(self, which: str) -> Callable:
+        """Generated ``rhs`` (the highest derivatives) or ``jac`` (their gradients in the
+        companion states) of the full equations, in the companion states and the inputs."""
+
+        def build(model: ODEModel) -> Callable:
+            y = model._companion_symbols()
+            exprs = sp.Array(model.full_expressions)
+            arr = exprs if which == "rhs" else sp.derive_by_array(exprs, y).transpose()
+            entries = _codegen.nonzero_entries(np.array(arr.tolist(), dtype=object))
+            return _codegen.generate(
+                f"_companion_{which}",
+                entries,
+                t=model._t,
+                u=[*y, *model._input_symbols()],
+                p=model._p,
+            )
+
+        return self._cached(("companion", which), build)
 
     # log-normal noise
     def log_transformed(self) -> ODEModel:
@@ -474,6 +682,11 @@ class ODEModel:
         """
         if self.transform == "log":
             raise ValueError("the model is already log-transformed")
+        if self.has_operator_terms:
+            raise ValueError(
+                f"{self.name}: log-normal noise is not supported for models of order > 1 or "
+                "with inputs (the log transform would make their derivative terms nonlinear)"
+            )
         # derived once per model: the sympy simplification and the code generation cost
         # about 0.8 s, which every log-normal WeakLikelihood (every fit) would pay again
         cached = self.__dict__.get("_log_model")

@@ -49,7 +49,7 @@ class LinearForm:
 
     @classmethod
     def build(cls, lik: WeakLikelihood, s2: np.ndarray) -> LinearForm:
-        r0, G, A = _coefficients(lik, (1.0 - lik.ridge) * np.asarray(s2, dtype=float))
+        r0, G, A = lik._linear_coefficients((1.0 - lik.ridge) * np.asarray(s2, dtype=float))
         return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=lik.ridge)
 
     def _factor(self, p: np.ndarray, logdet: bool = True):
@@ -170,7 +170,7 @@ def form_for(lik: WeakLikelihood, *, per_state: bool) -> CompiledForm | None:
     # one noise state at a time, so the dense matrices of only one state exist at once
     forms = []
     for e in range(D):
-        r0, G, A = _coefficients(lik, np.eye(D)[e])
+        r0, G, A = lik._linear_coefficients(np.eye(D)[e])
         forms.append(CompiledForm.from_dense(r0, G, A[None], lik.K))
         forms[-1].blk_e[:] = e
         del A

@@ -19,6 +19,7 @@ import numpy as np
 from pymc_wendy import _linear, kernels
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
+from pymc_wendy.inputs import as_inputs
 from pymc_wendy.noise import estimate_noise
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.test_functions import TestFunctions, build_test_functions, from_matrices
@@ -56,7 +57,22 @@ class WeakLikelihood:
         in ``max_precompute_bytes`` ("auto"), always ("fast"), or never ("general").
     max_precompute_bytes : int
         Memory budget for the linear-in-parameters precomputation.
+    inputs : mapping, optional
+        Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
+        :class:`~pymc_wendy.inputs.Input` objects, callables, or arrays on the times ``t``.
+
+    Notes
+    -----
+    For a model of order > 1 or with inputs the constructor returns an
+    :class:`~pymc_wendy.higher_order.OperatorLikelihood`, a subclass with the same interface.
     """
+
+    def __new__(cls, model=None, *args, **kwargs):
+        if cls is WeakLikelihood and getattr(model, "has_operator_terms", False):
+            from pymc_wendy.higher_order import OperatorLikelihood
+
+            return super().__new__(OperatorLikelihood)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -64,6 +80,7 @@ class WeakLikelihood:
         t,
         U,
         *,
+        inputs=None,
         noise: Noise = "normal",
         sigma=None,
         test_functions: TestFunctions | Mapping | Sequence | None = None,
@@ -80,6 +97,7 @@ class WeakLikelihood:
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
         t, U = check_data(t, U, model.n_states)
+        self.inputs = as_inputs(model.inputs, inputs, t)
         self.base_model = model
         self.noise = noise
         self.t = t
@@ -244,9 +262,28 @@ class WeakLikelihood:
             out.append(arr)
         return out
 
-    def _evaluation(self, p: np.ndarray, s2: np.ndarray) -> kernels.Evaluation:
+    # The three hooks below are all that depends on the form of the weak residual; the
+    # operator form of higher-order and forced models (pymc_wendy.higher_order) replaces them.
+    def _evaluation(self, p: np.ndarray, s2: np.ndarray, diag: float | None = None):
+        """Residual, covariance factor and value at ``p`` (``diag``: see kernels.evaluate)."""
         F, Ju = self._derivs(p, "f", "f_u")
-        return kernels.evaluate(self.phi, self.dphi, self.b, F, Ju, s2, self.ridge)
+        return kernels.evaluate(self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, diag)
+
+    def _gradient(self, p: np.ndarray, ev, logdet: bool, sigma2: bool) -> tuple:
+        """``(grad_p, grad_sigma2 or None, state)``; ``state`` is what :meth:`_hessian_at`
+        reuses at the same point."""
+        Jp, Jup = self._derivs(p, "f_p", "f_up")
+        g, gs, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2)
+        return g, gs, (Jp, Jup, B)
+
+    def _hessian_at(self, p: np.ndarray, ev, state: tuple, logdet: bool, exact: bool):
+        Jp, Jup, B = state
+        Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
+        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet, exact)
+
+    def _linear_coefficients(self, s2e: np.ndarray):
+        """``(r0, G, A)`` of the linear-in-parameters form for effective variances ``s2e``."""
+        return _linear._coefficients(self, s2e)
 
     def _linear_form(self, s2: np.ndarray) -> _linear.LinearForm | None:
         if self._linear_mode == "general" or not self.model.is_linear_in_params:
@@ -300,10 +337,7 @@ class WeakLikelihood:
             value, g = lin.nll_grad(p, logdet)
         else:
             ev = self._evaluation(p, s2)
-            Jp, Jup = self._derivs(p, "f_p", "f_up")
-            g, _, _ = kernels.gradient_parts(
-                ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False
-            )
+            g, _, _ = self._gradient(p, ev, logdet, False)
             value = ev.nll if logdet else ev.quadratic
         return (value, g) if logdet else self._tilted(p, value, g)
 
@@ -317,9 +351,15 @@ class WeakLikelihood:
             )
         p = self._p(p)
         ev = self._evaluation(p, self._s2(sigma))
-        Jp, Jup = self._derivs(p, "f_p", "f_up")
-        g, gs, _ = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge)
+        g, gs, _ = self._gradient(p, ev, True, True)
         return ev.nll, g, gs
+
+    def _relaxed_parts(self, p: np.ndarray, s2: np.ndarray, diag: float, logdet: bool):
+        """Evaluation, gradient in ``p`` and in the variances for ``S = (1 - ridge) L diag(s2)
+        L' + diag I`` (the tempering ladder's relaxed rungs; numpy reference of the Op)."""
+        ev = self._evaluation(p, s2, diag)
+        g, gs, _ = self._gradient(p, ev, logdet, True)
+        return ev, g, gs
 
     @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:
@@ -332,9 +372,8 @@ class WeakLikelihood:
         self._fixed_noise(sigma, "hessian")
         logdet = self._correction is None
         ev = self._evaluation(p, self._s2(sigma))
-        Jp, Jup, Jpp, Jupp = self._derivs(p, "f_p", "f_up", "f_pp", "f_upp")
-        _, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False)
-        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet)
+        _, _, state = self._gradient(p, ev, logdet, False)
+        return self._hessian_at(p, ev, state, logdet, True)
 
     @single_blas_thread
     def _newton_point(self, p) -> tuple[float, np.ndarray, tuple]:
@@ -344,21 +383,18 @@ class WeakLikelihood:
         p = self._p(p)
         logdet = self._correction is None
         ev = self._evaluation(p, self.sigma**2)
-        Jp, Jup = self._derivs(p, "f_p", "f_up")
-        g, _, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2=False)
+        g, _, state = self._gradient(p, ev, logdet, False)
         value = ev.nll if logdet else ev.quadratic
         if not logdet:
             value, g = self._tilted(p, value, g)
-        return value, g, (p, ev, Jp, Jup, B)
+        return value, g, (p, ev, state)
 
     @single_blas_thread
     def _newton_hessian(self, state: tuple, exact: bool) -> np.ndarray:
         """Hessian at the point of a :meth:`_newton_point` state; ``exact=False`` leaves out
         the log-determinant's trace terms (``kernels.hessian``), the optimiser's cheap model."""
-        p, ev, Jp, Jup, B = state
-        Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
-        logdet = self._correction is None
-        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet, exact)
+        p, ev, grad_state = state
+        return self._hessian_at(p, ev, grad_state, self._correction is None, exact)
 
     @single_blas_thread
     def whitened_residual(self, p, sigma=None) -> np.ndarray:

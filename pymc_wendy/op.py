@@ -170,17 +170,13 @@ class WeakLogLikelihoodOp(Op):
 
 def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
     """numpy reference of the relaxed likelihood: ``(nll, grad_p, grad_sigma2)``."""
-    from pymc_wendy import kernels
-
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
-    F, Ju, Jp, Jup = lik._derivs(lik._p(p), "f", "f_u", "f_p", "f_up")
     keep = 1.0 - alpha
     # (1 - ridge) (keep s2) is the relaxed rung's scaled noise; its diagonal adds alpha c
     diag = keep * lik.ridge + alpha * c
-    ev = kernels.evaluate(lik.phi, lik.dphi, lik.b, F, Ju, keep * s2, lik.ridge, diag)
     logdet = lik.correction_method is None
-    gp, gs, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge, logdet)
+    ev, gp, gs = lik._relaxed_parts(lik._p(p), keep * s2, diag, logdet)
     if logdet:
         return ev.nll, gp, keep * gs
     value, gp = lik._tilted(np.asarray(p, dtype=float), ev.quadratic, gp)

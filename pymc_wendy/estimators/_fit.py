@@ -40,6 +40,7 @@ def fit(
     solver: Mapping | None = None,
     options: Mapping | None = None,
     bias_correction: str | None = None,
+    inputs=None,
 ) -> FitResult:
     """Estimate the parameters of an ODE from noisy data.
 
@@ -108,6 +109,10 @@ def fit(
         subtracts the closed-form mean of its score. The result's estimate, covariances and
         intervals are the corrected ones; ``result.bias_correction`` keeps the uncorrected
         fit, the shift and the cost. ``None`` (default) is WENDy-MLE.
+    inputs : mapping, optional
+        Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
+        :class:`~pymc_wendy.inputs.Input` objects, callables or arrays on ``t``; a list of
+        mappings for several experiments. See ``docs/higher_order.md``.
 
     Returns
     -------
@@ -140,6 +145,7 @@ def fit(
         estimator, model, t, U, p0=p0, bounds=bounds, noise=noise, sigma=sigma, u0=u0,
         test_functions=test_functions, ridge=ridge, n_starts=n_starts, seed=seed,
         executor=executor, solver=solver, options=options, bias_correction=correction,
+        inputs=inputs,
     )  # fmt: skip
     if estimator.needs_start and problem.start is None:
         problem.start = default_start(

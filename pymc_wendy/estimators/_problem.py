@@ -14,7 +14,7 @@ import numpy as np
 from scipy import optimize
 
 from pymc_wendy._validation import check_data, check_positive_data
-from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.estimators.registry import Estimator, get, names
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
@@ -92,11 +92,18 @@ class FitProblem:
 
 def prepare(
     estimator: Estimator, model, t, U, *, p0, bounds, noise, sigma, u0, test_functions, ridge,
-    n_starts, seed, executor, solver, options, bias_correction,
+    n_starts, seed, executor, solver, options, bias_correction, inputs=None,
 ) -> FitProblem:  # fmt: skip
     """Validate ``fit``'s inputs for ``estimator`` and build its :class:`FitProblem`."""
     options = dict(options or {})
     check_options(estimator, options)
+    ode = model if isinstance(model, ODEModel) else getattr(model, "base_model", None)
+    if getattr(ode, "has_operator_terms", False) and not estimator.operator_models:
+        supported = [e for e in names() if get(e).operator_models]
+        raise ValueError(
+            f"method {estimator.name!r} does not support models of order > 1 or with inputs "
+            f"({ode.name}); use one of {supported}"
+        )
     if not estimator.weak_likelihood and not isinstance(model, WeakLikelihood | JointLikelihood):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
@@ -111,7 +118,7 @@ def prepare(
             t_, U_, s, s_est = _checked_data(model, t, U, noise, sigma)
         base = model
     else:
-        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge)
+        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs)
         base, t_, U_ = lik.base_model, lik.t, lik.U
         s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
     box = _check_bounds(bounds, base.n_params, base.params)
@@ -210,11 +217,11 @@ def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
     return p
 
 
-def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge):
+def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None):
     if isinstance(model, WeakLikelihood | JointLikelihood):
         if t is not None or U is not None:
             raise ValueError("pass either a likelihood, or a model with t and U; not both")
-        given = {"noise": noise != "normal", "sigma": sigma is not None}
+        given = {"noise": noise != "normal", "sigma": sigma is not None, "inputs": bool(inputs)}
         given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
         clash = [k for k, v in given.items() if v]
         if clash:
@@ -230,9 +237,16 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge):
     if t is None or U is None:
         raise ValueError("t and U are required with an ODEModel")
     if _several(t, U):
-        return _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge)
+        return _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge, inputs)
     return WeakLikelihood(
-        model, t, U, noise=noise, sigma=sigma, test_functions=test_functions, ridge=ridge
+        model,
+        t,
+        U,
+        noise=noise,
+        sigma=sigma,
+        test_functions=test_functions,
+        ridge=ridge,
+        inputs=inputs,
     )
 
 
@@ -275,10 +289,13 @@ def _is_one_test_function_spec(v) -> bool:
     return isinstance(v, list | tuple) and len(v) == 2 and all(np.ndim(m) == 2 for m in v)
 
 
-def _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge) -> JointLikelihood:
+def _joint_likelihood(
+    model, t, U, noise, sigma, test_functions, ridge, inputs=None
+) -> JointLikelihood:
     E = len(t)
     sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
     specs = _per_experiment(test_functions, E, "test_functions", _is_one_test_function_spec)
+    forcing = _per_experiment(inputs, E, "inputs", lambda v: not isinstance(v, list | tuple))
     experiments = []
     for i in range(E):
         try:
@@ -291,6 +308,7 @@ def _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge) -> Joint
                     sigma=sigmas[i],
                     test_functions=specs[i],
                     ridge=ridge,
+                    inputs=forcing[i],
                 )
             )
         except (ValueError, TypeError) as exc:

@@ -147,4 +147,5 @@ ESTIMATOR = Estimator(
     summary="WENDy-IRLS: reweighted generalised least squares (WENDy 2023, Algorithm 2)",
     covariance="gls",
     alternatives=("hessian", "sandwich"),
+    operator_models=True,
 )

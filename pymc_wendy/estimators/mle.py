@@ -280,4 +280,5 @@ ESTIMATOR = Estimator(
     summary="WENDy-MLE: trust-region Newton on the weak negative log-likelihood",
     covariance="hessian",
     alternatives=("sandwich", "gls"),
+    operator_models=True,
 )

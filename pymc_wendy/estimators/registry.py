@@ -49,6 +49,9 @@ class Estimator:
     check_options : callable, optional
         ``check_options(options, where)``: the method's own rules (a scheme's name, nested
         options), run before the generic check of names, counts, tolerances and flags.
+    operator_models : bool
+        Whether it handles models of order > 1 or with inputs
+        (``ODEModel.has_operator_terms``); ``fit`` refuses them early otherwise.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Estimator:
     weak_likelihood: bool = True
     needs_start: bool = True
     check_options: Callable[[Mapping, str], None] | None = field(default=None, compare=False)
+    operator_models: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}

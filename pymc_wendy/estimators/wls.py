@@ -170,4 +170,5 @@ ESTIMATOR = Estimator(
     covariance="sandwich",
     alternatives=("gls", "hessian"),
     needs_start=False,
+    operator_models=True,
 )

@@ -158,6 +158,117 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
 
 
 @numba.njit(cache=True)
+def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale, diag,
+             want_grad, logdet=True):  # fmt: skip
+    """The general path for models with derivative terms and inputs
+    (:mod:`pymc_wendy._operator`): ``L = Phi Ju + sum_q C_q Phi^(q)`` and the residual's
+    operator and input part depend on ``p`` through ``C`` and ``beta``; their derivatives
+    ``Cp`` (Q, D, D, J) and ``betap`` (D, I, J) add the terms ``a' db/dp`` and
+    ``<W L Sigma', dC/dp Phi^(q)>`` to the gradient. Arguments otherwise as :func:`general`.
+    """
+    K, M1 = phi.shape
+    D = F.shape[1]
+    J = Jp.shape[2]
+    Q = ops.shape[0]
+    n_in = Psi.shape[1]
+    n = K * D
+    gp = np.zeros(J)
+    gs = np.zeros(D)
+    if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
+        return np.inf, gp, gs
+    if not (_all_finite(C) and _all_finite(beta)):
+        return np.inf, gp, gs
+    s2 = scale * s2raw
+    bm = np.dot(phi, F)
+    for k in range(K):
+        for d in range(D):
+            acc = 0.0
+            for q in range(Q):
+                for e in range(D):
+                    acc += OX[q, k, e] * C[q, d, e]
+            for i in range(n_in):
+                acc += Psi[k, i] * beta[d, i]
+            bm[k, d] += acc
+    r = np.empty(n)
+    for d in range(D):
+        for k in range(K):
+            r[d * K + k] = bm[k, d]
+    LT = np.empty((D * M1, n))
+    LsT = np.empty((D * M1, n))
+    for e in range(D):
+        se = math.sqrt(s2[e])
+        for m in range(M1):
+            col = e * M1 + m
+            for d in range(D):
+                g = Ju[m, d, e]
+                for k in range(K):
+                    v = phi[k, m] * g
+                    for q in range(Q):
+                        v += C[q, d, e] * ops[q, k, m]
+                    LT[col, d * K + k] = v
+                    LsT[col, d * K + k] = v * se
+    ST = np.empty((n, n))
+    _lapack.syrk_lower(LsT.T, ST.T)
+    ok, Cf, a, nll = _factor_and_nll(ST, r, diag)
+    if not ok:
+        return np.inf, gp, gs
+    if not logdet:
+        nll = 0.5 * np.dot(r, a)
+    if not want_grad:
+        return nll, gp, gs
+    if logdet:
+        YT = LT.copy()
+        _lapack.potrs_lower(Cf, YT.T)
+    else:
+        YT = np.zeros((0, n))
+    for e in range(D):
+        for m in range(M1):
+            col = e * M1 + m
+            la = 0.0
+            for i in range(n):
+                la += LT[col, i] * a[i]
+            acc_s = 0.0
+            for d in range(D):
+                acc_b = 0.0
+                for k in range(K):
+                    i = d * K + k
+                    wl = -a[i] * la
+                    if logdet:
+                        wl += YT[col, i]
+                    acc_s += LT[col, i] * wl
+                    acc_b += phi[k, m] * wl
+                    for q in range(Q):
+                        tq = s2[e] * wl * ops[q, k, m]
+                        for j in range(J):
+                            gp[j] += tq * Cp[q, d, e, j]
+                for j in range(J):
+                    gp[j] += s2[e] * acc_b * Jup[m, d, e, j]
+            gs[e] += acc_s
+    for e in range(D):
+        gs[e] *= 0.5 * scale
+    Am = np.empty((K, D))
+    for d in range(D):
+        for k in range(K):
+            Am[k, d] = a[d * K + k]
+    PA = np.dot(phi.T, Am)
+    for m in range(M1):
+        for d in range(D):
+            for j in range(J):
+                gp[j] += PA[m, d] * Jp[m, d, j]
+    for k in range(K):
+        for d in range(D):
+            for j in range(J):
+                acc = 0.0
+                for q in range(Q):
+                    for e in range(D):
+                        acc += OX[q, k, e] * Cp[q, d, e, j]
+                for i in range(n_in):
+                    acc += Psi[k, i] * betap[d, i, j]
+                gp[j] += Am[k, d] * acc
+    return nll, gp, gs
+
+
+@numba.njit(cache=True)
 def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_grad, logdet=True):
     """Negative log-likelihood and gradients for linear-in-parameter models.
 
@@ -302,6 +413,8 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
 
         return linear_kernel
 
+    if lik.model.has_operator_terms:
+        return _operator_kernel(lik, infer_sigma, want_grad, c, logdet, tilt, ref, offset)
     model = lik.model
     t = np.ascontiguousarray(lik.t)
     X = np.ascontiguousarray(lik.X)
@@ -333,3 +446,55 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
         return nll, gp, gs
 
     return general_kernel
+
+
+def _operator_kernel(lik, infer_sigma, want_grad, c, logdet, tilt, ref, offset) -> Callable:
+    """:func:`make_kernel`'s general path for models with derivative terms or inputs."""
+    model = lik.model
+    t = np.ascontiguousarray(lik.t)
+    X = np.ascontiguousarray(lik.X)
+    data = lik._data
+    phi, ops, OX = data.phi, np.ascontiguousarray(data.ops), np.ascontiguousarray(data.OX)
+    Psi = np.ascontiguousarray(data.Psi)
+    M1, D, J = t.size, model.n_states, model.n_params
+    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
+    coeff = lik._coeff
+    c_fn, b_fn, cp_fn, bp_fn = (coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p"))
+    shapes = coeff.shapes
+    sC, sb, sCp, sbp = shapes["C"], shapes["beta"], shapes["C_p"], shapes["beta_p"]
+    fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
+    ridge = float(lik.ridge)
+    zt, zu = np.zeros(1), np.zeros((1, 0))
+
+    @numba.njit
+    def operator_kernel(p, sigma2, alpha):
+        p = np.ascontiguousarray(p)
+        F = f(t, X, p, np.zeros((M1, D)))
+        Ju = f_u(t, X, p, np.zeros((M1, D, D)))
+        Cq = c_fn(zt, zu, p, np.zeros((1,) + sC))[0]
+        beta = b_fn(zt, zu, p, np.zeros((1,) + sb))[0]
+        if want_grad:
+            Jp = f_p(t, X, p, np.zeros((M1, D, J)))
+            Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
+            Cp = cp_fn(zt, zu, p, np.zeros((1,) + sCp))[0]
+            bp = bp_fn(zt, zu, p, np.zeros((1,) + sbp))[0]
+        else:
+            Jp = np.zeros((0, D, J))
+            Jup = np.zeros((0, D, D, J))
+            Cp = np.zeros(sCp)
+            bp = np.zeros(sbp)
+        s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
+        keep = 1.0 - alpha
+        scale = keep * (1.0 - ridge)
+        diag = keep * ridge + alpha * c
+        nll, gp, gs = operator(
+            phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, scale, diag, want_grad,
+            logdet,
+        )  # fmt: skip
+        if not logdet and np.isfinite(nll):
+            nll += offset - np.dot(tilt, p - ref)
+            if want_grad:
+                gp -= tilt
+        return nll, gp, gs
+
+    return operator_kernel

@@ -52,6 +52,9 @@ class _Coefficients:
         p = list(model._p)
         self.shapes = {}
         self._fns = {}
+        self._entries = {}
+        self._numba = {}
+        self._syms = (model._t, p)
         for name, arr in (("C", C), ("beta", beta)):
             first = np.array(
                 [[sp.diff(e, pj) for pj in p] for e in arr.ravel()], dtype=object
@@ -61,14 +64,34 @@ class _Coefficients:
             ).reshape(*arr.shape, J, J)
             for suffix, a in (("", arr), ("_p", first), ("_pp", second)):
                 self.shapes[name + suffix] = a.shape
+                self._entries[name + suffix] = _codegen.nonzero_entries(a)
                 self._fns[name + suffix] = _codegen.generate(
                     f"_{name}{suffix}",
-                    _codegen.nonzero_entries(a),
+                    self._entries[name + suffix],
                     t=model._t,
                     u=[],
                     p=p,
                 )
         self.Q = Q
+
+    def numba_function(self, name: str):
+        """The numba-compiled ``fn(t, U, p, out)`` of ``name`` (``"C"``, ``"beta_p"``, ...),
+        evaluated with one dummy time row and no states."""
+        fn = self._numba.get(name)
+        if fn is None:
+            import numba  # deferred: only the compiled likelihood needs it
+
+            fn = self._numba[name] = numba.njit(
+                _codegen.generate(
+                    f"_{name}",
+                    self._entries[name],
+                    t=self._syms[0],
+                    u=[],
+                    p=self._syms[1],
+                    style="loop",
+                )
+            )
+        return fn
 
     def _eval(self, name: str, p: np.ndarray) -> np.ndarray:
         out = np.zeros((1, *self.shapes[name]))

@@ -30,6 +30,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from pymc_wendy._validation import check_times
+from pymc_wendy.inputs import Input, as_inputs
 from pymc_wendy.ode import ODEModel
 
 __all__ = [
@@ -101,6 +102,9 @@ class SimulatedData:
     dropped_times : tuple of float
         Grid times removed because some noise-free state was <= 0 there, which log-normal
         noise cannot represent (SIR-TDI drops its initial point). Empty otherwise.
+    inputs : dict or None
+        The model's known inputs (name to :class:`~pymc_wendy.inputs.Input`), to pass on as
+        ``fit(..., inputs=data.inputs)``; None for models without inputs.
     """
 
     t: np.ndarray
@@ -116,6 +120,7 @@ class SimulatedData:
     params: tuple[str, ...]
     problem: str | None
     dropped_times: tuple[float, ...] = field(default=())
+    inputs: dict | None = None
 
     @property
     def n_points(self) -> int:
@@ -193,8 +198,14 @@ def solve(
     atol: float = 1e-12,
     stiff: bool = False,
     max_nfev: int | None = 500_000,
+    inputs=None,
 ) -> np.ndarray:
     """Solve ``du/dt = f(t, u, p)``, ``u(t[0]) = u0`` and return the solution at every ``t``.
+
+    For a model of order > 1 or with inputs the first-order companion system is solved:
+    ``u0`` and the columns of the result follow ``model.companion_states`` (each state
+    followed by its derivatives), and the solver restarts at every breakpoint of the inputs
+    (pulse edges), so discontinuous inputs are integrated without stepping across a jump.
 
     Parameters
     ----------
@@ -220,6 +231,8 @@ def solve(
         from the truth can make a solution grow without bound while the solver takes ever
         smaller steps; the limit turns such a solve into a :class:`SimulationError` within
         seconds instead of a hang. The benchmarks need at most about 50 000.
+    inputs : mapping, optional
+        Values of the model's inputs (see :class:`~pymc_wendy.WeakLikelihood`).
 
     Returns
     -------
@@ -236,25 +249,46 @@ def solve(
     if not isinstance(model, ODEModel):
         raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
     p = _vector(p, model.n_params, "p", model.params)
-    u0 = _vector(u0, model.n_states, "u0", model.states)
+    u0 = _vector(u0, len(model.companion_states), "u0", model.companion_states)
     t = check_times(t)
+    forcing = list(as_inputs(model.inputs, inputs, t).values())
     if not (rtol > 0 and atol > 0):
         raise ValueError(f"rtol and atol must be > 0; got rtol={rtol!r}, atol={atol!r}")
     if method is None:
         method = "Radau" if stiff else "DOP853"
     if max_nfev is not None:
         max_nfev = _positive_int(max_nfev, "max_nfev", 1)
-    jac = (lambda s, u: model.jacobian(s, u, p)) if method in _IMPLICIT_METHODS else None
+    breaks: np.ndarray = np.zeros(0)
+    if model.has_operator_terms:
+        for w in forcing:
+            w._check_covers(float(t[0]), float(t[-1]), "the output times")
+        if forcing:
+            breaks = np.unique(np.concatenate([w.breakpoints for w in forcing]))
+
+        def rhs(s, u):
+            return model(s, u, p, [w(s) for w in forcing])
+
+        def jacobian(s, u):
+            return model.jacobian(s, u, p, [w(s) for w in forcing])
+    else:
+
+        def rhs(s, u):
+            return model(s, u, p)
+
+        def jacobian(s, u):
+            return model.jacobian(s, u, p)
+
     return _integrate(
-        lambda s, u: model(s, u, p),
+        rhs,
         u0,
         t,
         method=method,
         rtol=rtol,
         atol=atol,
         max_nfev=max_nfev,
-        jac=jac,
+        jac=jacobian if method in _IMPLICIT_METHODS else None,
         name=model.name,
+        breaks=breaks,
     )
 
 
@@ -269,6 +303,7 @@ def _integrate(
     max_nfev: int | None,
     jac: Callable | None = None,
     name: str = "ode",
+    breaks: np.ndarray | None = None,
 ) -> np.ndarray:
     """``solve_ivp`` at the output times ``t``, with an evaluation limit and clear failures.
 
@@ -285,17 +320,22 @@ def _integrate(
             raise _EvaluationLimit(s, y)
         return rhs(s, y)
 
+    # restart at the breakpoints inside the span (jumps of inputs): one solve per piece
+    inner = [] if breaks is None else [b for b in np.asarray(breaks) if t[0] < b < t[-1]]
+    edges = [t[0], *inner, t[-1]]
+    rows, y = [], np.asarray(y0, dtype=float)
     try:
-        sol = solve_ivp(
-            counted,
-            (t[0], t[-1]),
-            y0,
-            method=method,
-            t_eval=t,
-            rtol=rtol,
-            atol=atol,
-            **kwargs,
-        )
+        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+            last = i == len(edges) - 2
+            keep = t[(t >= a) & ((t <= b) if last else (t < b))]
+            t_eval = keep if last else np.append(keep, b)
+            sol = solve_ivp(
+                counted, (a, b), y, method=method, t_eval=t_eval, rtol=rtol, atol=atol, **kwargs
+            )
+            if sol.status != 0 or sol.y.shape[1] != t_eval.shape[0]:
+                break
+            rows.append(sol.y[:, : keep.size])
+            y = sol.y[:, -1]
     except _EvaluationLimit as exc:
         raise SimulationError(
             f"{name}: the solver ({method}) gave up after {max_nfev} right-hand side "
@@ -305,13 +345,13 @@ def _integrate(
         ) from None
     except (ValueError, ArithmeticError) as exc:
         raise SimulationError(f"{name}: the solver ({method}) raised {exc!r}") from exc
-    if sol.status != 0 or sol.y.shape[1] != t.shape[0]:
-        reached = sol.t[-1] if sol.t.size else t[0]
+    if sol.status != 0 or sol.y.shape[1] != t_eval.shape[0]:
+        reached = sol.t[-1] if sol.t.size else a
         raise SimulationError(
             f"{name}: the solver ({method}) failed on [{t[0]:g}, {t[-1]:g}] after the "
             f"output time t = {reached:.6g}: {sol.message}"
         )
-    U = sol.y.T.copy()
+    U = np.concatenate(rows, axis=1).T.copy()
     if not np.all(np.isfinite(U)):
         bad = int(np.argmax(~np.all(np.isfinite(U), axis=1)))
         raise SimulationError(
@@ -329,6 +369,7 @@ def add_noise(
     noise: str = "normal",
     noise_ratio: float,
     seed: int | None = None,
+    noise_scale: str = "rms",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Add noise at a given noise ratio to noise-free data.
 
@@ -345,6 +386,9 @@ def add_noise(
         ``>= 0``; zero returns a copy of ``U_true``.
     seed : int, optional
         Seed of :func:`numpy.random.default_rng`.
+    noise_scale : {"rms", "range"}
+        Additive noise only: ``sigma = noise_ratio * rms(vec U_true)`` (the WENDy papers), or
+        ``noise_ratio * (max - min)`` of each state (Data2LD's ``sigma x range(x)``).
 
     Returns
     -------
@@ -368,10 +412,15 @@ def add_noise(
     nr = _noise_ratio(noise_ratio)
     rng = np.random.default_rng(_seed(seed))
     D = U_true.shape[1]
+    if noise_scale not in ("rms", "range"):
+        raise ValueError(f"noise_scale must be 'rms' or 'range'; got {noise_scale!r}")
     if noise == "normal":
-        scale = nr * float(np.sqrt(np.mean(U_true**2)))
-        U = U_true + rng.normal(0.0, scale, size=U_true.shape)
-        return U, np.full(D, scale)
+        if noise_scale == "rms":
+            scale = np.full(D, nr * float(np.sqrt(np.mean(U_true**2))))
+        else:
+            scale = nr * (U_true.max(axis=0) - U_true.min(axis=0))
+        U = U_true + rng.normal(0.0, 1.0, size=U_true.shape) * scale[None, :]
+        return U, scale
     bad = U_true <= 0
     if np.any(bad):
         row, col = np.argwhere(bad)[0]
@@ -398,6 +447,7 @@ def _cached_solution(
     atol: float,
     stiff: bool,
     max_nfev: int | None,
+    inputs: tuple = (),
 ) -> np.ndarray:
     # Studies draw many noise realisations of one truth (100 per setting in the papers), and a
     # stiff solve can take seconds, so the noise-free solution is kept. ODEModel hashes by
@@ -412,6 +462,7 @@ def _cached_solution(
         atol=atol,
         stiff=stiff,
         max_nfev=max_nfev,
+        inputs=dict(inputs) or None,
     )
     U.setflags(write=False)
     return U
@@ -436,6 +487,8 @@ def simulate(
     max_nfev: int | None = 500_000,
     drop_nonpositive: bool = False,
     problem: str | None = None,
+    inputs=None,
+    noise_scale: str = "rms",
 ) -> SimulatedData:
     """Solve an ODE on a fine grid, subsample it and add noise.
 
@@ -476,6 +529,14 @@ def simulate(
         ``SimulatedData.dropped_times``.
     problem : str, optional
         Name recorded in the result.
+    inputs : mapping, optional
+        Values of the model's inputs (:class:`~pymc_wendy.inputs.Input` objects or
+        callables); kept in ``SimulatedData.inputs``.
+    noise_scale : {"rms", "range"}
+        How the additive noise level follows from ``noise_ratio`` (:func:`add_noise`).
+
+    For a model of order > 1 or with inputs, ``u0`` follows ``model.companion_states``
+    (each state and its derivatives up to order - 1); the data are the states themselves.
 
     Returns
     -------
@@ -493,7 +554,10 @@ def simulate(
     seed = _seed(seed)
     subsample = _positive_int(subsample, "subsample", 1)
     p = _vector(p, model.n_params, "p", model.params)
-    u0 = _vector(u0, model.n_states, "u0", model.states)
+    u0 = _vector(u0, len(model.companion_states), "u0", model.companion_states)
+    forcing = as_inputs(model.inputs, inputs, np.zeros(2)) if model.inputs else {}
+    if any(w.t is not None for w in forcing.values()):
+        raise ValueError("inputs of simulate must be Input objects or callables, not arrays")
     if (t_span is None) == (t is None):
         raise ValueError("give exactly one of t_span and t")
     if t is None:
@@ -524,9 +588,11 @@ def simulate(
         float(atol),
         bool(stiff),
         max_nfev,
+        tuple(forcing.items()),
     )
+    observed = np.cumsum(model.orders) - np.asarray(model.orders)
     t_obs = t_fine[::subsample].copy()
-    U_true = U_fine[::subsample].copy()
+    U_true = U_fine[::subsample][:, observed].copy()
     dropped: tuple[float, ...] = ()
     if drop_nonpositive:
         keep = np.all(U_true > 0, axis=1)
@@ -534,7 +600,7 @@ def simulate(
         if not np.any(keep):
             raise ValueError("every grid point has a state <= 0; nothing is left to observe")
         t_obs, U_true = t_obs[keep], U_true[keep]
-    U, sigma = add_noise(U_true, noise=noise, noise_ratio=nr, seed=seed)
+    U, sigma = add_noise(U_true, noise=noise, noise_ratio=nr, seed=seed, noise_scale=noise_scale)
     return SimulatedData(
         t=t_obs,
         U=U,
@@ -549,6 +615,7 @@ def simulate(
         params=tuple(model.params),
         problem=problem,
         dropped_times=dropped,
+        inputs=forcing or None,
     )
 
 
@@ -581,6 +648,12 @@ class Problem:
         Where the problem comes from.
     notes : str
         Choices made where the sources disagree or are silent.
+    inputs : dict or None
+        Known inputs of a forced model (name to :class:`~pymc_wendy.inputs.Input`).
+    noise_scale : {"rms", "range"}
+        How ``noise_ratio`` sets the additive noise level (:func:`add_noise`).
+    n_points : int
+        Default size of the simulation grid.
     """
 
     name: str
@@ -593,13 +666,18 @@ class Problem:
     stiff: bool
     reference: str
     notes: str
+    inputs: dict | None = None
+    noise_scale: str = "rms"
+    n_points: int = 1025
 
     def __post_init__(self):
         # The instances in PROBLEMS are shared module state: freeze their arrays so a caller
         # cannot change the benchmark for everyone else by editing p_true in place.
         m = self.model
         p = _vector(self.p_true, m.n_params, f"{self.name}: p_true", m.params).copy()
-        u0 = _vector(self.u0, m.n_states, f"{self.name}: u0", m.states).copy()
+        u0 = _vector(
+            self.u0, len(m.companion_states), f"{self.name}: u0", m.companion_states
+        ).copy()
         p.setflags(write=False)
         u0.setflags(write=False)
         object.__setattr__(self, "p_true", p)
@@ -632,7 +710,7 @@ class Problem:
     def simulate(
         self,
         *,
-        n_points: int = 1025,
+        n_points: int | None = None,
         subsample: int = 1,
         noise_ratio: float = 0.1,
         noise: str | None = None,
@@ -644,8 +722,8 @@ class Problem:
 
         Parameters
         ----------
-        n_points : int
-            Fine uniform grid on ``t_span`` (WENDy-MLE: 1025).
+        n_points : int, optional
+            Fine uniform grid on ``t_span``; default ``self.n_points`` (WENDy-MLE: 1025).
         subsample : int
             Keep every ``subsample``-th point (papers: 1, 2, 4 -> 1025, 513, 257 points).
         noise_ratio : float
@@ -675,7 +753,7 @@ class Problem:
             self.p_true if p is None else p,
             self.u0 if u0 is None else u0,
             self.t_span,
-            n_points=n_points,
+            n_points=self.n_points if n_points is None else n_points,
             subsample=subsample,
             noise=noise,
             noise_ratio=noise_ratio,
@@ -683,6 +761,8 @@ class Problem:
             stiff=self.stiff,
             drop_nonpositive=noise == "lognormal",
             problem=self.name,
+            inputs=self.inputs,
+            noise_scale=self.noise_scale,
         )
 
     def __repr__(self) -> str:
@@ -757,6 +837,11 @@ def _sir_tdi(t, u, p):
         p[0] * s - p[2] * i - delayed * i,
         delayed * i - loss * r,
     ]
+
+
+def _head_acceleration(t, u, p, w):
+    x, dx = u
+    return [-p[0] * x - p[1] * dx + p[2] * w[0]]
 
 
 def _pnames(j: int) -> list[str]:
@@ -940,8 +1025,45 @@ def _make_problems() -> dict[str, Problem]:
                 "with relative error control only."
             ),
         ),
+        _head_acceleration_problem(),
     ]
     return {prob.name: prob for prob in problems}
+
+
+def _head_acceleration_problem() -> Problem:
+    model = ODEModel(
+        _head_acceleration,
+        states=["x"],
+        params=["beta0", "beta1", "alpha"],
+        order=2,
+        inputs=["u"],
+        name="head_acceleration",
+    )
+    return Problem(
+        name="head_acceleration",
+        model=model,
+        p_true=np.array([0.05, 0.15, 0.39]),
+        u0=np.array([0.0, 0.0]),
+        t_span=(0.0, 60.0),
+        noise="normal",
+        bounds=((0.0, 0.5), (0.0, 1.0), (0.0, 2.0)),
+        stiff=False,
+        reference=(
+            "Carey & Ramsay, Data2LD (seed 004), sec. 5: x'' = -0.05 x - 0.15 x' + 0.39 u, "
+            "u = 1 on [14, 15], x(0) = x'(0) = 0, N = 21, 51, 101 points on [0, 60], noise sd "
+            "sigma * range(x) with sigma = 0.01, 0.05, 0.10"
+        ),
+        notes=(
+            "Second order, one observed state, one known input (a unit pulse). Parameters "
+            "named as in the paper and taken positive (x'' = -beta0 x - beta1 x' + alpha u; "
+            "the extracted text lost the signs). noise_ratio is the paper's sigma: the noise "
+            "sd is noise_ratio * range(x) (noise_scale='range'). Simulate with n_points = N "
+            "(default 101). The bounds are a search box of ours (the paper gives none)."
+        ),
+        inputs={"u": Input.pulse(14.0, 15.0)},
+        noise_scale="range",
+        n_points=101,
+    )
 
 
 PROBLEMS: dict[str, Problem] = _make_problems()

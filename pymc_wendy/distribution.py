@@ -36,6 +36,7 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_wendy.estimators.oels import estimate_initial_state
+from pymc_wendy.higher_order import polynomial_initial_state
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.op import _noise_scale_vector, weak_loglik
@@ -49,11 +50,12 @@ class WeakODERV(RandomVariable):
     """Random variable behind :class:`WeakODELikelihood`: data simulated from the ODE.
 
     Parameters (``dist_params``) are the parameter vector ``p`` (J,), the noise scale per
-    state (D,) and the initial state (D,); a draw has shape (M+1, D).
+    state (D,) and the initial state (``len(model.companion_states)``: D for a first-order
+    model); a draw has shape (M+1, D).
     """
 
     name = "weak_ode"
-    signature = "(j),(d),(d)->(m,d)"
+    signature = "(j),(d),(c)->(m,d)"
     dtype = "floatX"
     _print_name = ("WeakODE", "\\operatorname{WeakODE}")
     __props__ = ("name", "signature", "dtype", "inplace", "likelihood", "infer_sigma", "solver")
@@ -79,12 +81,18 @@ class WeakODERV(RandomVariable):
         A NaN ``u0`` stands for "estimate it": :func:`estimate_initial_state`, computed once.
         """
         lik = self.likelihood
+        model = lik.base_model
         if np.any(np.isnan(u0)):
             if getattr(self, "_u0", None) is None:
-                self._u0 = estimate_initial_state(lik, solver=dict(self.solver))
+                self._u0 = (
+                    polynomial_initial_state(lik)
+                    if model.has_operator_terms
+                    else estimate_initial_state(lik, solver=dict(self.solver))
+                )
             u0 = self._u0
         try:
-            return solve(lik.base_model, p, u0, lik.t, **dict(self.solver))
+            U = solve(model, p, u0, lik.t, inputs=lik.inputs or None, **dict(self.solver))
+            return U[:, np.cumsum(model.orders) - np.asarray(model.orders)]
         except (SimulationError, ValueError) as exc:
             warnings.warn(
                 f"predictive draw: the ODE solve failed for p = {np.array2string(p, precision=4)}"
@@ -155,7 +163,11 @@ class WeakODELikelihood(Distribution):
         Additive Gaussian noise or multiplicative log-normal noise.
     u0 : None, array of shape (D,), or tensor
         Initial state used only for predictive draws (the weak likelihood does not depend on
-        it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw).
+        it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw). For a
+        model of order > 1 the states and their derivatives (``ode.companion_states``); its
+        default is then a local polynomial fit to the first data points.
+    inputs : mapping, optional
+        Values of the model's known inputs (see :class:`pymc_wendy.WeakLikelihood`).
     test_functions, ridge, linear, max_precompute_bytes
         Passed to :class:`pymc_wendy.WeakLikelihood`.
     solver : dict, optional
@@ -191,6 +203,7 @@ class WeakODELikelihood(Distribution):
         max_precompute_bytes: int = 256 * 2**20,
         solver: Mapping | None = None,
         bias_correction=None,
+        inputs=None,
         **kwargs,
     ):
         if observed is None:
@@ -207,8 +220,9 @@ class WeakODELikelihood(Distribution):
                 )
             observed = observed.data
         likelihood = _likelihood(
-            ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes
-        )
+            ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes,
+            inputs,
+        )  # fmt: skip
         if bias_correction is not None:
             if _is_symbolic(sigma):
                 raise ValueError(
@@ -264,11 +278,16 @@ class WeakODELikelihood(Distribution):
             sig = _noise_scale_vector(sigma, D)
         else:
             sig = pt.constant(likelihood.sigma, dtype="float64")
+        n0 = len(model.companion_states)
         if u0 is None:
-            u0 = np.full(D, np.nan)  # estimated on the first draw (see trajectory)
+            u0 = np.full(n0, np.nan)  # estimated on the first draw (see trajectory)
         u0 = pt.as_tensor_variable(u0).astype("float64")
-        if u0.type.ndim != 1 or u0.type.shape[0] not in (None, D):
-            raise ValueError(f"u0 must have {D} entries (one per state); got {u0.type}")
+        if u0.type.ndim != 1 or u0.type.shape[0] not in (None, n0):
+            raise ValueError(
+                f"u0 must have {n0} entries (one per state"
+                f"{' and derivative: ' + str(list(model.companion_states)) if n0 > D else ''}"
+                f"); got {u0.type}"
+            )
         solver_items = tuple(sorted({**DEFAULT_SOLVER, **(solver or {})}.items()))
         op = WeakODERV(likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items)
         kwargs.setdefault("rng", pt.random.shared_rng(seed=None))
@@ -287,7 +306,7 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
     return weak_loglik(lik, p, sigma if op.infer_sigma else None)
 
 
-def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget):
+def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs):
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
     return WeakLikelihood(
@@ -300,6 +319,7 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
         ridge=ridge,
         linear=linear,
         max_precompute_bytes=budget,
+        inputs=inputs,
     )
 
 

@@ -36,7 +36,6 @@ from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_wendy.estimators.oels import estimate_initial_state
-from pymc_wendy.higher_order import polynomial_initial_state
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
 from pymc_wendy.op import _noise_scale_vector, weak_loglik
@@ -84,15 +83,11 @@ class WeakODERV(RandomVariable):
         model = lik.base_model
         if np.any(np.isnan(u0)):
             if getattr(self, "_u0", None) is None:
-                self._u0 = (
-                    polynomial_initial_state(lik)
-                    if model.has_operator_terms
-                    else estimate_initial_state(lik, solver=dict(self.solver))
-                )
+                self._u0 = estimate_initial_state(lik, solver=dict(self.solver))
             u0 = self._u0
         try:
             U = solve(model, p, u0, lik.t, inputs=lik.inputs or None, **dict(self.solver))
-            return U[:, np.cumsum(model.orders) - np.asarray(model.orders)]
+            return U[:, model.observed_columns]
         except (SimulationError, ValueError) as exc:
             warnings.warn(
                 f"predictive draw: the ODE solve failed for p = {np.array2string(p, precision=4)}"
@@ -164,8 +159,7 @@ class WeakODELikelihood(Distribution):
     u0 : None, array of shape (D,), or tensor
         Initial state used only for predictive draws (the weak likelihood does not depend on
         it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw). For a
-        model of order > 1 the states and their derivatives (``ode.companion_states``); its
-        default is then a local polynomial fit to the first data points.
+        model of order > 1 the states and their derivatives (``ode.companion_states``).
     inputs : mapping, optional
         Values of the model's known inputs (see :class:`pymc_wendy.WeakLikelihood`).
     test_functions, ridge, linear, max_precompute_bytes

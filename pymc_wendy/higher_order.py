@@ -19,6 +19,7 @@ import sympy as sp
 from pymc_wendy import _codegen, _operator
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
+from pymc_wendy.output_error import _polynomial_start
 from pymc_wendy.test_functions import (
     TestFunctions,
     build_test_functions,
@@ -272,11 +273,4 @@ def polynomial_initial_state(lik: WeakLikelihood) -> np.ndarray:
     """A starting companion state for forward simulation: each state's value and derivatives
     up to its order - 1 at ``t[0]``, from a least-squares polynomial of degree ``order + 1``
     through the first ``3 (order + 2)`` data points (fewer if the data are shorter)."""
-    model = lik.base_model
-    out = []
-    for d, q in enumerate(model.orders):
-        deg = min(q + 1, lik.t.size - 1)
-        n = min(lik.t.size, 3 * (q + 2))
-        poly = np.polynomial.Polynomial.fit(lik.t[:n], lik.U[:n, d], deg)
-        out += [poly.deriv(k)(lik.t[0]) if k else poly(lik.t[0]) for k in range(q)]
-    return np.array(out, dtype=float)
+    return _polynomial_start(lik.base_model.orders, lik.t, lik.U)

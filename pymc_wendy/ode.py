@@ -457,6 +457,12 @@ class ODEModel:
             _derivative_name(self.states, d, k) for d, q in enumerate(self.orders) for k in range(q)
         )
 
+    @property
+    def observed_columns(self) -> np.ndarray:
+        """Positions of the states themselves (not their derivatives) in the companion layout
+        :attr:`companion_states`: the columns of a companion solution that data observe."""
+        return np.cumsum(self.orders) - np.asarray(self.orders)
+
     def _named(self, expr: sp.Expr) -> sp.Expr:
         """``expr`` with internal symbols replaced by the user's names (for messages)."""
         pairs = [

@@ -251,33 +251,13 @@ def solve(
     p = _vector(p, model.n_params, "p", model.params)
     u0 = _vector(u0, len(model.companion_states), "u0", model.companion_states)
     t = check_times(t)
-    forcing = list(as_inputs(model.inputs, inputs, t).values())
     if not (rtol > 0 and atol > 0):
         raise ValueError(f"rtol and atol must be > 0; got rtol={rtol!r}, atol={atol!r}")
     if method is None:
         method = "Radau" if stiff else "DOP853"
     if max_nfev is not None:
         max_nfev = _positive_int(max_nfev, "max_nfev", 1)
-    breaks: np.ndarray = np.zeros(0)
-    if model.has_operator_terms:
-        for w in forcing:
-            w._check_covers(float(t[0]), float(t[-1]), "the output times")
-        if forcing:
-            breaks = np.unique(np.concatenate([w.breakpoints for w in forcing]))
-
-        def rhs(s, u):
-            return model(s, u, p, [w(s) for w in forcing])
-
-        def jacobian(s, u):
-            return model.jacobian(s, u, p, [w(s) for w in forcing])
-    else:
-
-        def rhs(s, u):
-            return model(s, u, p)
-
-        def jacobian(s, u):
-            return model.jacobian(s, u, p)
-
+    rhs, jacobian, breaks = _vector_field(model, p, inputs, t)
     return _integrate(
         rhs,
         u0,
@@ -290,6 +270,26 @@ def solve(
         name=model.name,
         breaks=breaks,
     )
+
+
+def _vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
+    """``(rhs(s, u), jacobian(s, u), breaks)`` of the system at ``p`` (the companion system
+    with its inputs for a model of order > 1 or with inputs; ``breaks`` are the inputs'
+    breakpoints, where a solver must restart)."""
+    forcing = list(as_inputs(model.inputs, inputs, t).values())
+    if not model.has_operator_terms:
+        return (lambda s, u: model(s, u, p)), (lambda s, u: model.jacobian(s, u, p)), np.zeros(0)
+    for w in forcing:
+        w._check_covers(float(t[0]), float(t[-1]), "the output times")
+    breaks = np.unique(np.concatenate([w.breakpoints for w in forcing])) if forcing else np.zeros(0)
+
+    def rhs(s, u):
+        return model(s, u, p, [w(s) for w in forcing])
+
+    def jacobian(s, u):
+        return model.jacobian(s, u, p, [w(s) for w in forcing])
+
+    return rhs, jacobian, breaks
 
 
 def _integrate(

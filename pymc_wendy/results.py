@@ -404,14 +404,16 @@ class FitResult:
 
     # --- trajectory ----------------------------------------------------------------------
     def simulate(self, t=None, u0=None, experiment: int | None = None, **solver) -> np.ndarray:
-        """The fitted trajectory ``u(t; x, u0)``, shape (len(t), D).
+        """The fitted trajectory ``u(t; x, u0)`` of the observed states, shape (len(t), D).
 
         ``t`` defaults to the data times (it must start at the data's first time unless
         ``u0`` is given for ``t[0]``); ``u0`` to the fitted initial state (for weak-form
         estimates it is fitted once to the first quarter of the data with ``p`` held at the
         estimate, :func:`pymc_wendy.estimate_initial_state`). ``solver`` options go to
         :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``). For several experiments,
-        ``experiment`` (an index) says whose times and initial state.
+        ``experiment`` (an index) says whose times and initial state. For a model of order
+        > 1, ``u0`` is the companion state (``model.companion_states``) and the known inputs
+        are those of the fit; :func:`pymc_wendy.solve` gives the derivatives too.
         """
         from pymc_wendy.output_error import DEFAULT_SOLVER, _fit_initial_state
         from pymc_wendy.problems import solve
@@ -433,9 +435,14 @@ class FitResult:
             if self.u0 is None:
                 liks = self.likelihood.experiments if E > 1 else [self.likelihood]
                 u0s = [
-                    _fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, self.x)
+                    _fit_initial_state(
+                        lik.base_model, lik.t, lik.X, lik.noise, self.x, inputs=lik.inputs
+                    )
                     for lik in liks
                 ]
                 self.u0 = np.array(u0s) if E > 1 else u0s[0]
             u0 = self.u0[e] if E > 1 else self.u0
-        return solve(self.model, self.x, u0, t, **{**DEFAULT_SOLVER, **solver})
+        liks = self.likelihood.experiments if E > 1 else [self.likelihood]
+        inputs = getattr(liks[e], "inputs", None) if liks[e] is not None else None
+        U = solve(self.model, self.x, u0, t, inputs=inputs, **{**DEFAULT_SOLVER, **solver})
+        return U[:, self.model.observed_columns]

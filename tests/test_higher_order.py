@@ -281,3 +281,55 @@ def test_recovery_head_acceleration_n101_sigma001():
         errors.append(res.x - HEAD.p_true)
     rmse = np.sqrt(np.mean(np.square(errors), axis=0))
     assert np.all(rmse < 2.0 * crb)
+
+
+# --- noise from the fit, trajectories ---------------------------------------------------------
+
+
+def test_initial_state_fit_recovers_the_companion_state():
+    """The variational-equation Jacobian drives the initial-state fit to the truth on
+    noise-free data (the nonlinear model, started away from rest)."""
+    from pymc_wendy.output_error import _fit_initial_state
+
+    p, t, _, pulse = _nonlinear_data()
+    X = pw.solve(NONLINEAR, p, [0.1, 0.0], t, inputs={"u": pulse})[:, :1]
+    u0 = _fit_initial_state(NONLINEAR, t, X, "normal", p, inputs={"u": pulse}, n=t.size)
+    assert np.allclose(u0, [0.1, 0.0], atol=1e-5)
+
+
+def test_residual_noise_is_unbiased_where_the_filter_is_not():
+    """At N = 51, 1 % noise the pulse's kink inflates the high-order filter's estimate (by
+    about 30 %); the residual estimate has mean 1 with sd 1/sqrt(2 dof) = 0.105 per data set,
+    so the mean of 24 ratios is within 4 x 0.105 / sqrt(24) = 0.086 of 1."""
+    from pymc_wendy.output_error import residual_noise
+
+    filt, resid = [], []
+    for seed in range(24):
+        d = HEAD.simulate(noise_ratio=0.01, n_points=51, seed=seed)
+        lik = pw.WeakLikelihood(HEAD.model, d.t, d.U, inputs=d.inputs)
+        est = residual_noise(lik, pw.fit(lik).x)
+        assert est.dof == 51 - 5 and est.u0.shape == (2,)
+        filt.append(lik.sigma[0] / d.sigma[0])
+        resid.append(est.sigma[0] / d.sigma[0])
+    assert abs(np.mean(resid) - 1.0) < 0.086
+    assert np.mean(filt) > 1.15  # what the residual estimate fixes
+
+
+def test_fit_with_residual_noise():
+    d = HEAD.simulate(noise_ratio=0.05, n_points=21, seed=3)
+    res = pw.fit(HEAD.model, d.t, d.U, inputs=d.inputs, sigma="residual")
+    plain = pw.fit(HEAD.model, d.t, d.U, inputs=d.inputs, sigma=res.sigma)
+    assert res.sigma_estimated and res.history["noise"]["method"] == "residual"
+    assert res.history["noise"]["dof"] == 21 - 5
+    np.testing.assert_allclose(res.x, plain.x, rtol=1e-6)
+    np.testing.assert_allclose(res.stderr, plain.stderr, rtol=1e-6)
+    # the fitted trajectory (from the initial state fitted to all data) is nearer the truth
+    # than the data are: its RMSE is about sigma sqrt(5 / 21) = 0.5 sigma
+    np.testing.assert_allclose(res.u0, res.history["noise"]["u0"])
+    traj = res.simulate()
+    assert traj.shape == (21, 1)
+    assert np.sqrt(np.mean((traj - d.U_true) ** 2)) < d.sigma[0]
+    with pytest.raises(ValueError, match="'residual'"):
+        pw.fit(HEAD.model, d.t, d.U, inputs=d.inputs, sigma="filter")
+    with pytest.raises(ValueError, match="one experiment"):
+        pw.fit(HEAD.model, [d.t, d.t], [d.U, d.U], inputs=[d.inputs] * 2, sigma="residual")

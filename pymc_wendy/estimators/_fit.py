@@ -15,6 +15,8 @@ from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
+from pymc_wendy.output_error import residual_noise
+from pymc_wendy.problems import SimulationError
 from pymc_wendy.results import FitResult, FitWarning
 
 __all__ = ["fit"]
@@ -72,10 +74,15 @@ def fit(
         from.
     noise : {"normal", "lognormal"}
         Additive Gaussian or multiplicative log-normal noise.
-    sigma : float or array (D,), optional
+    sigma : float, array (D,) or "residual", optional
         Noise standard deviation per state (of ``log U`` for log-normal noise); estimated
         from the data with the high-order filter when omitted. For several experiments, a
         scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
+        ``"residual"`` (weak-form methods, one experiment): fit with the filter's estimate,
+        estimate the noise from the residuals of the ODE solution at that fit
+        (:func:`~pymc_wendy.output_error.residual_noise`, initial state fitted to all data),
+        and fit again with it; ``history["noise"]`` records both estimates. The better
+        choice for short series and forced models (``docs/higher_order.md``).
     u0 : array (D,), optional
         Starting initial state for output error (default: the value at ``t[0]`` of a
         parabola fitted to the first points of the data); shape (E, D), a row per
@@ -130,6 +137,14 @@ def fit(
     """
     start_time = time.perf_counter()
     estimator = registry.get(method)
+    if isinstance(sigma, str):
+        return _fit_residual_noise(
+            estimator, model, t, U, sigma, dict(
+                p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
+                ridge=ridge, n_starts=n_starts, seed=seed, executor=executor, solver=solver,
+                options=options, bias_correction=bias_correction, inputs=inputs,
+            ), start_time,
+        )  # fmt: skip
     correction = bias.resolve(bias_correction)
     if correction is not None and method != "mle":
         raise ValueError(
@@ -157,4 +172,39 @@ def fit(
     res.wall_time = time.perf_counter() - start_time
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
+    return res
+
+
+def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_time) -> FitResult:
+    """``fit(..., sigma="residual")``: fit, re-estimate the noise from the forward residuals
+    at the estimate, fit again from there."""
+    if sigma != "residual":
+        raise ValueError(f"sigma must be a number, an array, None or 'residual'; got {sigma!r}")
+    if not isinstance(model, ODEModel) or isinstance(t, list | tuple):
+        raise ValueError("sigma='residual' needs an ODEModel and the data of one experiment (t, U)")
+    if not estimator.weak_likelihood:
+        raise ValueError(
+            f"sigma='residual' is for the weak-form estimators; method {estimator.name!r} "
+            "fits the initial state itself (pass sigma=None or numbers)"
+        )
+    first = fit(model, t, U, estimator.name, sigma=None, **kwargs)
+    try:
+        est = residual_noise(first.likelihood, first.x, solver=kwargs["solver"])
+    except SimulationError as exc:
+        raise SimulationError(
+            f"sigma='residual': the ODE solve at the first estimate failed ({exc}); pass sigma"
+        ) from exc
+    again = {**kwargs, "p0": first.x, "n_starts": 1}
+    res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
+    res.sigma_estimated = True
+    if res.u0 is None:  # fitted to all the data: the trajectory res.simulate() draws
+        res.u0 = est.u0
+    res.history["noise"] = {
+        "method": "residual",
+        "filter_sigma": first.sigma,
+        "first_estimate": first.x,
+        "u0": est.u0,
+        "dof": est.dof,
+    }
+    res.wall_time = time.perf_counter() - start_time
     return res

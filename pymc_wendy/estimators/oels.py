@@ -25,6 +25,7 @@ from pymc_wendy.output_error import (
     _fit_initial_state,
     _from_log,
     _local_quadratic_start,
+    _polynomial_start,
     output_error,
 )
 from pymc_wendy.problems import SimulationError, solve
@@ -56,8 +57,11 @@ def estimate_initial_state(
         try:
             p = wendy_mle(lik, weak_least_squares(lik)).x
         except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+            model = lik.base_model
+            if model.has_operator_terms:
+                return _polynomial_start(model.orders, lik.t, lik.X)
             return _from_log(_local_quadratic_start(lik.t, lik.X), lik.noise)
-    return _fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, p, solver)
+    return _fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, p, solver, inputs=lik.inputs)
 
 
 def _solves(model: ODEModel, p, u0, t, solver) -> bool:

@@ -15,6 +15,8 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
 ``irls-gls`` ...    likewise for ``irls``, ``wls``, ``oels`` (``oels-oe``) and ``hybrid``.
 ``nuts``            posterior mean and equal-tailed credible interval from NUTS through
                     :class:`~pymc_wendy.WeakODELikelihood` (:func:`pymc_wendy.sample`).
+``sft``             the same from the top rung of replica-exchange tempering
+                    (:func:`pymc_wendy.sample_sft`, default ladder).
 ``laplace``         posterior mean and equal-tailed interval of the Laplace approximation at
                     the posterior mode (:func:`pymc_wendy.laplace`).
 ``mle+analytic``    a bias correction (:mod:`pymc_wendy.bias`) appended to ``mle``, ``nuts``
@@ -23,7 +25,9 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
 
 Methods sharing an estimator share one fit per data set. The Bayesian methods use the priors
 of :func:`default_priors` (uniform on the problem's bounds, else ``Normal(0, 10)``) and the
-noise level estimated from the data, like the frequentist ones.
+noise level estimated from the data, like the frequentist ones (``fit_options={"sigma":
+"residual"}`` switches both to the residual estimate). Problems with known inputs
+(``Problem.inputs``) pass each data set's inputs to every method.
 
 Every run is reproducible on its own: its data are drawn with a seed derived from the study's
 ``seed``, the noise ratio, the number of points and the data set index (not the method), so all
@@ -57,7 +61,7 @@ from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
 
 __all__ = ["default_priors", "open_coverage", "run_coverage", "summarize", "to_table"]
 
-_BAYES = ("nuts", "laplace")
+_BAYES = ("nuts", "sft", "laplace")
 _STORE_VERSION = 1
 
 
@@ -79,7 +83,7 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
         if plus:
             if base not in ("mle", *_BAYES):
                 raise ValueError(
-                    f"method {name!r}: a bias correction applies to 'mle', 'nuts' or 'laplace'"
+                    f"method {name!r}: a bias correction applies to 'mle' or {list(_BAYES)}"
                 )
             correction = resolve(correction)
             base_label = f"{base}+{correction}"
@@ -202,6 +206,13 @@ def _times_and_data(data):
     return data.t, data.U
 
 
+def _inputs_of(data):
+    """The known inputs of the data set(s), as ``fit(inputs=...)`` takes them (None if none)."""
+    if isinstance(data, list):
+        return [d.inputs for d in data] if data[0].inputs else None
+    return data.inputs or None
+
+
 def _split(estimator: str) -> tuple[str, str | None]:
     """``"mle+analytic"`` -> ``("mle", "analytic")``; ``"mle"`` -> ``("mle", None)``."""
     base, _, correction = estimator.partition("+")
@@ -222,7 +233,10 @@ def _frequentist(task: _Task, data, record: dict) -> None:
         options["bias_correction"] = correction
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FitWarning)  # recorded as success=False instead
-        res = fit(prob.model, *_times_and_data(data), method=method, noise=prob.noise, **options)
+        res = fit(
+            prob.model, *_times_and_data(data), method=method, noise=prob.noise,
+            inputs=_inputs_of(data), **options,
+        )  # fmt: skip
     record["estimate"] = res.x.tolist()
     record["success"] = bool(res.success)
     record["message"] = res.message
@@ -285,6 +299,7 @@ def _bayes(task: _Task, data, record: dict) -> None:
                     bounds=prob.bounds,
                     noise=prob.noise,
                     bias_correction=correction,
+                    inputs=d.inputs,
                 )
                 for d in datasets
             ]
@@ -298,13 +313,24 @@ def _bayes(task: _Task, data, record: dict) -> None:
                 t=d.t,
                 observed=d.U,
                 noise=prob.noise,
+                sigma=task.fit_options.get("sigma"),
                 bias_correction=c,
+                inputs=d.inputs,
             )
     opts = dict(task.sample_options)
     seed = opts.pop("random_seed", task.data_seed)
-    if method == "nuts":
+    if method in ("nuts", "sft"):
         kwargs = {"tune": 1000, "chains": 2, "cores": 1, "progressbar": False, **opts}
-        idata = sample(model=model, random_seed=seed, **kwargs)
+        if method == "sft":
+            import warnings
+
+            from pymc_wendy.tempering import SFTWarning, sample_sft
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SFTWarning)  # the record keeps R-hat and ESS
+                idata = sample_sft(model=model, random_seed=seed, keep_rungs=False, **kwargs)
+        else:
+            idata = sample(model=model, random_seed=seed, **kwargs)
         draws = idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
         import arviz as az
 
@@ -336,8 +362,8 @@ def _forward_error(prob: Problem, data, record: dict) -> tuple[float, bool]:
         try:
             # simulate from the true initial condition at the start of the grid (t_span[0])
             grid = np.concatenate([[prob.t_span[0]], d.t]) if d.dropped_times else d.t
-            U = solve(prob.model, p, d.u0, grid, stiff=prob.stiff)
-            U = U[1:] if d.dropped_times else U
+            U = solve(prob.model, p, d.u0, grid, stiff=prob.stiff, inputs=d.inputs)
+            U = (U[1:] if d.dropped_times else U)[:, prob.model.observed_columns]
         except (SimulationError, ValueError, FloatingPointError):
             return float("nan"), True
         if not np.all(np.isfinite(U)):
@@ -535,9 +561,9 @@ def run_coverage(
         Extra keyword arguments of :func:`~pymc_wendy.fit` (``n_starts``, ``options``, ...;
         ``bounds`` defaults to the problem's).
     sample_options : dict, optional
-        Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` (``draws``,
-        ``tune``, ``chains``, ...; defaults 1000, 1000, 2 and one core per run). ``laplace``
-        uses 4000 draws.
+        Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` or of
+        :func:`~pymc_wendy.sample_sft` for ``sft`` (``draws``, ``tune``, ``chains``, ...;
+        defaults 1000, 1000, 2 and one core per run). ``laplace`` uses 4000 draws.
     experiments : sequence of dict, optional
         Make every data set several experiments sharing the parameters, one per entry:
         ``{"u0": initial state, "n_points": points}`` (both optional; defaults the problem's

@@ -152,6 +152,10 @@ class WeakODELikelihood(Distribution):
     sigma : None, float, array of shape (D,), or tensor
         Noise standard deviation per state (of ``log U`` for log-normal noise).
         ``None``: estimated once from the data (WENDy) and then treated as known.
+        ``"residual"``: estimated once from the residuals of the ODE solution at the
+        WENDy-MLE (:func:`~pymc_wendy.output_error.residual_noise`, as ``fit(...,
+        sigma="residual")``) and then treated as known: the better choice for short series
+        and forced models (``docs/higher_order.md``).
         A number or array: known. A random variable (or any symbolic tensor, scalar or (D,)):
         inferred jointly with ``params``; the gradient with respect to it is analytic.
     noise : {"normal", "lognormal"}
@@ -303,18 +307,25 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
 def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs):
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
-    return WeakLikelihood(
-        ode,
-        t,
-        observed,
-        noise=noise,
-        sigma=None if _is_symbolic(sigma) else sigma,
-        test_functions=test_functions,
-        ridge=ridge,
-        linear=linear,
-        max_precompute_bytes=budget,
-        inputs=inputs,
-    )
+    residual = isinstance(sigma, str)
+    if residual and sigma != "residual":
+        raise ValueError(
+            f"sigma must be a number, an array, a tensor, None or 'residual'; got {sigma!r}"
+        )
+
+    def build(s):
+        return WeakLikelihood(
+            ode, t, observed, noise=noise, sigma=s, test_functions=test_functions, ridge=ridge,
+            linear=linear, max_precompute_bytes=budget, inputs=inputs,
+        )  # fmt: skip
+
+    lik = build(None if _is_symbolic(sigma) or residual else sigma)
+    if residual:  # the noise of the forward residuals at the WENDy-MLE (fit(sigma="residual"))
+        from pymc_wendy.estimators import fit
+        from pymc_wendy.output_error import residual_noise
+
+        lik = build(residual_noise(lik, fit(lik).x, solver=None).sigma)
+    return lik
 
 
 def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:

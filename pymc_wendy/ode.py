@@ -641,6 +641,23 @@ class ODEModel:
         out[self._top] = rows
         return out
 
+    def parameter_jacobian(self, t: float, u, p, w=None) -> np.ndarray:
+        """``df/dp`` at a single time and state, for forward sensitivities: shape (D, J)
+        (the companion system's, ``(len(companion_states), J)``, for a model with derivative
+        terms or inputs: zero except the rows of the highest derivatives)."""
+        if not self.has_operator_terms:
+            return self.evaluate("f_p", np.atleast_1d(t), np.atleast_2d(u), p)[0]
+        y = self._companion_point(u, w)
+        n = y.shape[1] - len(self.inputs)
+        out = np.zeros((n, self.n_params))
+        out[self._top] = self._companion_function("jac_p")(
+            np.atleast_1d(float(t)),
+            y,
+            np.asarray(p, float),
+            np.zeros((1, self.n_states, self.n_params)),
+        )[0]
+        return out
+
     @property
     def _top(self) -> np.ndarray:
         """Rows of the companion system that hold each state's highest derivative."""
@@ -660,13 +677,17 @@ class ODEModel:
         return np.concatenate([u, w])[None, :]
 
     def _companion_function(self, which: str) -> Callable:
-        """Generated ``rhs`` (the highest derivatives) or ``jac`` (their gradients in the
-        companion states) of the full equations, in the companion states and the inputs."""
+        """Generated ``rhs`` (the highest derivatives), ``jac`` (their gradients in the
+        companion states) or ``jac_p`` (in the parameters) of the full equations, in the
+        companion states and the inputs."""
 
         def build(model: ODEModel) -> Callable:
             y = model._companion_symbols()
             exprs = sp.Array(model.full_expressions)
-            arr = exprs if which == "rhs" else sp.derive_by_array(exprs, y).transpose()
+            if which == "rhs":
+                arr = exprs
+            else:
+                arr = sp.derive_by_array(exprs, y if which == "jac" else model._p).transpose()
             entries = _codegen.nonzero_entries(np.array(arr.tolist(), dtype=object))
             return _codegen.generate(
                 f"_companion_{which}",

@@ -100,14 +100,34 @@ def _compile_sensitivity_rhs(model: ODEModel):
     return rhs
 
 
+def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
+    """``(rhs(s, y), breaks)`` of the companion state of a model with derivative terms or
+    inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``."""
+    f, f_u, breaks, f_p = _vector_field(model, p, inputs, t, jac_p=True)
+    n, J = len(model.companion_states), model.n_params
+
+    def rhs(s, y):
+        u = y[:n]
+        dS = f_u(s, u) @ y[n:].reshape(n, J + n)
+        dS[:, :J] += f_p(s, u)
+        return np.concatenate([f(s, u), dS.ravel()])
+
+    return rhs, breaks
+
+
 class _Problem:
     """Weighted residuals and their Jacobian, computed together by one sensitivity solve."""
 
-    def __init__(self, model, t, Z, log, weights, solver):
+    def __init__(self, model, t, Z, log, weights, solver, inputs=None):
         self.model, self.t, self.Z, self.log, self.w = model, t, Z, log, weights
         self.solver = solver
-        self.rhs = _sensitivity_rhs(model)
-        self.D, self.J = model.n_states, model.n_params
+        self.operator = model.has_operator_terms
+        if self.operator:  # numpy: the inputs are callables of time
+            self.inputs = inputs
+        else:
+            self.rhs = _sensitivity_rhs(model)
+        self.D, self.J = len(model.companion_states), model.n_params
+        self.cols = model.observed_columns
         self._cache: tuple | None = None
         self.n_failed = 0
 
@@ -120,8 +140,12 @@ class _Problem:
         y0 = np.concatenate([theta[J:], np.zeros(D * P)])
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
         try:
+            if self.operator:
+                rhs, breaks = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
+            else:
+                rhs, breaks = (lambda s, y: self.rhs(s, y, p)), None
             Y = _integrate(
-                lambda s, y: self.rhs(s, y, p),
+                rhs,
                 y0,
                 self.t,
                 method=self.solver["method"],
@@ -129,9 +153,10 @@ class _Problem:
                 atol=self.solver["atol"],
                 max_nfev=self.solver["max_nfev"],
                 name=self.model.name,
+                breaks=breaks,
             )
-            U = Y[:, :D]
-            S = Y[:, D:].reshape(-1, D, P)
+            U = Y[:, :D][:, self.cols]
+            S = Y[:, D:].reshape(-1, D, P)[:, self.cols, :]
             if self.log:
                 if np.any(U <= 0):
                     raise SimulationError("the solution left the positive orthant")
@@ -203,6 +228,7 @@ def output_error(
     bounds: tuple[np.ndarray, np.ndarray] | None = None,
     solver: Mapping | None = None,
     options: Mapping | None = None,
+    inputs=None,
 ) -> OutputErrorFit:
     """Output-error least squares over ``(p, u0)`` (module docstring).
 
@@ -213,22 +239,26 @@ def output_error(
 
     Several experiments sharing ``p``: ``t`` and ``U`` lists, ``u0`` and ``sigma`` of shape
     (E, D); each experiment has its own initial state (``u0`` of the result is then (E, D)).
+    For a model of order > 1 or with inputs, ``u0`` holds the companion states
+    (``model.companion_states``) and ``inputs`` the validated inputs (a list of mappings for
+    several experiments).
     """
     start = time.perf_counter()
     several = isinstance(t, list | tuple)
     ts, Us = (list(t), list(U)) if several else ([t], [U])
     E = len(ts)
-    J, D = model.n_params, model.n_states
-    u0s = np.asarray(u0, dtype=float).reshape(E, D)
+    J, D, n0 = model.n_params, model.n_states, len(model.companion_states)
+    u0s = np.asarray(u0, dtype=float).reshape(E, n0)
     sigmas = np.broadcast_to(np.asarray(sigma, dtype=float), (E, D))
+    input_list = list(inputs) if several and inputs is not None else [inputs] * E
     log = noise == "lognormal"
     opts_solver = {**DEFAULT_SOLVER, **(solver or {})}
     problems = []
-    for te, Ue, se in zip(ts, Us, sigmas, strict=True):
+    for te, Ue, se, we in zip(ts, Us, sigmas, input_list, strict=True):
         Z = np.log(Ue) if log else Ue
         scale = np.sqrt(np.mean(Z**2, axis=0))
         s = np.maximum(se, 1e-12 * np.maximum(scale, 1e-300))
-        problems.append(_Problem(model, te, Z, log, 1.0 / s, opts_solver))
+        problems.append(_Problem(model, te, Z, log, 1.0 / s, opts_solver, we))
     prob = _JointProblem(problems) if several else problems[0]
     theta0 = np.concatenate([p0, u0s.ravel()])
     lo = np.full(theta0.size, -np.inf)
@@ -253,7 +283,7 @@ def output_error(
         message = f"the forward solve of experiments {which} fails at the result; {message}"
     return OutputErrorFit(
         p=res.x[:J].copy(),
-        u0=res.x[J:].reshape(E, D).copy() if several else res.x[J:].copy(),
+        u0=res.x[J:].reshape(E, n0).copy() if several else res.x[J:].copy(),
         cost=float(0.5 * resid @ resid),
         jacobian=jac,
         n_residuals=resid.size,

@@ -272,24 +272,31 @@ def solve(
     )
 
 
-def _vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
+def _vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p: bool = False):
     """``(rhs(s, u), jacobian(s, u), breaks)`` of the system at ``p`` (the companion system
     with its inputs for a model of order > 1 or with inputs; ``breaks`` are the inputs'
-    breakpoints, where a solver must restart)."""
+    breakpoints, where a solver must restart); with ``jac_p`` also ``df/dp(s, u)`` last."""
     forcing = list(as_inputs(model.inputs, inputs, t).values())
-    if not model.has_operator_terms:
-        return (lambda s, u: model(s, u, p)), (lambda s, u: model.jacobian(s, u, p)), np.zeros(0)
+    breaks = np.zeros(0)
     for w in forcing:
         w._check_covers(float(t[0]), float(t[-1]), "the output times")
-    breaks = np.unique(np.concatenate([w.breakpoints for w in forcing])) if forcing else np.zeros(0)
+    if forcing:
+        breaks = np.unique(np.concatenate([w.breakpoints for w in forcing]))
+    operator = model.has_operator_terms
+
+    def values(s):
+        return [w(s) for w in forcing] if operator else None
 
     def rhs(s, u):
-        return model(s, u, p, [w(s) for w in forcing])
+        return model(s, u, p, values(s))
 
     def jacobian(s, u):
-        return model.jacobian(s, u, p, [w(s) for w in forcing])
+        return model.jacobian(s, u, p, values(s))
 
-    return rhs, jacobian, breaks
+    def parameter_jacobian(s, u):
+        return model.parameter_jacobian(s, u, p, values(s))
+
+    return (rhs, jacobian, breaks, parameter_jacobian) if jac_p else (rhs, jacobian, breaks)
 
 
 def _integrate(

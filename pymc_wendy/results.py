@@ -159,6 +159,9 @@ class FitResult:
         Set when the fit was bias-corrected: the estimate, covariances and intervals are then
         the corrected estimator's (the inverse Hessian of the corrected objective,
         ``likelihood``), and this record keeps the uncorrected fit.
+    inputs : dict or tuple of dict
+        The model's known inputs (name to :class:`~pymc_wendy.inputs.Input`), a tuple of
+        them for several experiments; empty for models without inputs.
     """
 
     x: np.ndarray
@@ -182,6 +185,7 @@ class FitResult:
     u0: np.ndarray | None = None
     history: dict[str, Any] = field(default_factory=dict)
     bias_correction: BiasCorrection | None = None
+    inputs: dict | tuple = field(default=(), repr=False)
     covariances: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     _cov_cache: dict = field(default_factory=dict, repr=False)
 
@@ -442,7 +446,6 @@ class FitResult:
                 ]
                 self.u0 = np.array(u0s) if E > 1 else u0s[0]
             u0 = self.u0[e] if E > 1 else self.u0
-        liks = self.likelihood.experiments if E > 1 else [self.likelihood]
-        inputs = getattr(liks[e], "inputs", None) if liks[e] is not None else None
-        U = solve(self.model, self.x, u0, t, inputs=inputs, **{**DEFAULT_SOLVER, **solver})
+        inputs = self.inputs[e] if E > 1 and self.inputs else self.inputs if E == 1 else None
+        U = solve(self.model, self.x, u0, t, inputs=inputs or None, **{**DEFAULT_SOLVER, **solver})
         return U[:, self.model.observed_columns]

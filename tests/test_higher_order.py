@@ -258,10 +258,51 @@ def test_order_the_test_functions_cannot_support():
     assert moment_error(tf, 2) > moment_error(tf, 1)
 
 
-def test_forward_solve_estimators_refuse_higher_order_models():
+def test_fixed_step_and_spline_estimators_refuse_higher_order_models():
     d = HEAD.simulate(noise_ratio=0.05, seed=6)
-    with pytest.raises(ValueError, match="does not support models of order > 1"):
-        pw.fit(HEAD.model, d.t, d.U, method="oels", inputs=d.inputs)
+    for method in ("deq", "oc"):
+        with pytest.raises(ValueError, match="does not support models of order > 1"):
+            pw.fit(HEAD.model, d.t, d.U, method=method, inputs=d.inputs)
+
+
+def test_output_error_sensitivities_of_the_companion_system():
+    """The forward sensitivities of the companion state (with the pulse) against central
+    differences of the residual, for the nonlinear model."""
+    from pymc_wendy.output_error import _Problem, _polynomial_start
+
+    p, t, U, pulse = _nonlinear_data(n=41)
+    X = U[:, None]
+    prob = _Problem(NONLINEAR, t, X, False, np.array([100.0]), {
+        "method": "LSODA", "rtol": 1e-10, "atol": 1e-12, "max_nfev": 100_000
+    }, {"u": pulse})  # fmt: skip
+    theta = np.concatenate([p * 1.1, _polynomial_start((2,), t, X)])
+    J = prob.jacobian(theta)
+    assert J.shape == (41, 5)
+    fd = np.empty_like(J)
+    for k in range(theta.size):
+        h = 1e-4 * max(abs(theta[k]), 0.1)  # above the solver-noise level
+        e = np.zeros(theta.size)
+        e[k] = h
+        fd[:, k] = (prob.residual(theta + e) - prob.residual(theta - e)) / (2 * h)
+    np.testing.assert_allclose(J, fd, rtol=1e-4, atol=1e-6 * np.abs(J).max())
+
+
+def test_output_error_and_hybrid_on_head_acceleration():
+    """Output error over (p, x(0), x'(0)) is the efficient estimator here: its standard
+    errors are at the Cramer-Rao bound (within 1.5x; the bound assumes x(0), x'(0) known)."""
+    crb = np.array([0.017, 0.125, 0.246]) / 100
+    d = HEAD.simulate(noise_ratio=0.01, seed=2)
+    res = pw.fit(HEAD.model, d.t, d.U, method="oels", inputs=d.inputs, bounds=HEAD.bounds)
+    assert res.success and res.u0.shape == (2,)
+    assert np.all(np.abs(res.x - HEAD.p_true) < 4 * res.stderr)
+    assert np.all(res.stderr < 1.5 * crb) and np.all(res.stderr > crb / 1.5)
+    assert np.all(np.abs(res.u0) < 5 * d.sigma[0])  # the truth is rest, (0, 0)
+    traj = res.simulate()  # with the fit's pulse, from its fitted companion state
+    assert traj.shape == (101, 1) and np.sqrt(np.mean((traj - d.U_true) ** 2)) < d.sigma[0]
+    hyb = pw.fit(HEAD.model, d.t, d.U, method="hybrid", inputs=d.inputs, bounds=HEAD.bounds)
+    assert hyb.success and np.all(np.abs(hyb.x - HEAD.p_true) < 4 * hyb.stderr)
+    with pytest.raises(ValueError, match="x'"):
+        pw.fit(HEAD.model, d.t, d.U, method="oels", inputs=d.inputs, u0=[0.0])
 
 
 def test_recovery_head_acceleration_n101_sigma001():

@@ -16,6 +16,7 @@ from scipy import optimize
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
 from pymc_wendy.experiments import JointLikelihood
+from pymc_wendy.inputs import as_inputs
 from pymc_wendy.kernels import WeakLikelihoodError
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.noise import estimate_noise
@@ -58,6 +59,8 @@ class FitProblem:
     bias_correction: str | None = None
     #: ``p0``, or the default start where the estimator needs one (set by ``fit``)
     start: np.ndarray | None = None
+    #: validated known inputs (name -> Input); a tuple of them for several experiments
+    inputs: dict | tuple = ()
 
     @property
     def several(self) -> bool:
@@ -71,11 +74,13 @@ class FitProblem:
             return self.likelihood
         if self.several:
             return _joint_likelihood(
-                self.model, self.t, self.U, self.noise, list(self.sigma), None, self.ridge
-            )
+                self.model, self.t, self.U, self.noise, list(self.sigma), None, self.ridge,
+                list(self.inputs) or None,
+            )  # fmt: skip
         return WeakLikelihood(
-            self.model, self.t, self.U, noise=self.noise, sigma=self.sigma, ridge=self.ridge
-        )
+            self.model, self.t, self.U, noise=self.noise, sigma=self.sigma, ridge=self.ridge,
+            inputs=self.inputs or None,
+        )  # fmt: skip
 
     def common(self) -> dict:
         """The fields every :class:`~pymc_wendy.results.FitResult` of this problem shares."""
@@ -87,6 +92,7 @@ class FitProblem:
             "t": self.t,
             "U": self.U,
             "likelihood": self.likelihood,
+            "inputs": self.inputs,
         }
 
 
@@ -114,13 +120,22 @@ def prepare(
             parts = [_checked_data(model, t[e], U[e], noise, sigmas[e]) for e in range(E)]
             t_, U_ = tuple(p[0] for p in parts), tuple(p[1] for p in parts)
             s, s_est = np.array([p[2] for p in parts]), any(p[3] for p in parts)
+            forcing = _per_experiment(
+                inputs, E, "inputs", lambda v: not isinstance(v, list | tuple)
+            )
+            inputs_ = tuple(
+                as_inputs(model.inputs, w, te) for w, te in zip(forcing, t_, strict=True)
+            )
         else:
             t_, U_, s, s_est = _checked_data(model, t, U, noise, sigma)
+            inputs_ = as_inputs(model.inputs, inputs, t_)
         base = model
     else:
         lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs)
         base, t_, U_ = lik.base_model, lik.t, lik.U
         s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
+        liks = lik.experiments if isinstance(lik, JointLikelihood) else None
+        inputs_ = tuple(e.inputs for e in liks) if liks else lik.inputs
     box = _check_bounds(bounds, base.n_params, base.params)
     p_given = _check_p0(p0, base.n_params, base.params, box)
     return FitProblem(
@@ -143,6 +158,7 @@ def prepare(
         executor=executor,
         solver=solver,
         bias_correction=bias_correction,
+        inputs=inputs_,
     )
 
 

@@ -22,7 +22,7 @@ from pymc_wendy.results import FitResult
 _TOLERANCE = 0.05
 
 
-def _hybrid(mle: FitResult, u0, box, solver, options, common) -> FitResult:
+def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> FitResult:
     lik = common["likelihood"]
     if u0 is None and np.isfinite(mle.nll):
         if isinstance(lik, JointLikelihood):
@@ -44,6 +44,7 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common) -> FitResult:
         solver,
         options,
         common,
+        inputs,
     )
     threshold = mle.nll + _TOLERANCE * abs(mle.nll)
     keep_oe = oe.success and oe.nll is not None and oe.nll <= threshold
@@ -78,7 +79,7 @@ def run(problem: FitProblem) -> FitResult:
     first = mle.fit_mle(problem, problem.options.get("mle", {}))
     return _hybrid(
         first, problem.u0, problem.bounds, problem.solver, problem.options.get("oels", {}),
-        problem.common(),
+        problem.common(), problem.inputs,
     )  # fmt: skip
 
 
@@ -102,4 +103,5 @@ ESTIMATOR = Estimator(
     covariance="hessian",  # that of the kept estimate: "oe" when output error is kept
     alternatives=("oe", "sandwich", "gls"),
     check_options=_check_options,
+    operator_models=True,
 )

@@ -395,9 +395,14 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     ``likelihood`` is a single-experiment :class:`~pymc_wendy.WeakLikelihood`.
     """
     lik = likelihood
-    model = lik.base_model
+    return _residual_noise(lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver)
+
+
+def _residual_noise(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualNoise:
+    """:func:`residual_noise` from the data on the likelihood's scale ``X``; a given ``u0``
+    (output error's own) is used as it is."""
     p = np.asarray(p, dtype=float)
-    N, D = lik.X.shape
+    N, D = X.shape
     n0 = len(model.companion_states)
     dof = N - (model.n_params + n0) / D
     if dof < 1:
@@ -405,14 +410,15 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
             f"{model.name}: {N} time points leave no residual degrees of freedom for "
             f"{model.n_params} parameters and {n0} initial values"
         )
-    u0 = _fit_initial_state(model, lik.t, lik.X, lik.noise, p, solver, inputs=lik.inputs, n=N)
+    if u0 is None:
+        u0 = _fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
-    U = solve(model, p, u0, lik.t, inputs=lik.inputs, **opts)[:, model.observed_columns]
-    if lik.noise == "lognormal" and np.any(U <= 0):
+    U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
+    if noise == "lognormal" and np.any(U <= 0):
         raise SimulationError(f"{model.name}: the solution at p leaves the positive orthant")
-    Z = np.log(U) if lik.noise == "lognormal" else U
-    rss = np.sum((Z - lik.X) ** 2, axis=0)
-    return ResidualNoise(sigma=np.sqrt(rss / dof), u0=u0, dof=float(dof), rss=rss)
+    Z = np.log(U) if noise == "lognormal" else U
+    rss = np.sum((Z - X) ** 2, axis=0)
+    return ResidualNoise(sigma=np.sqrt(rss / dof), u0=np.asarray(u0), dof=float(dof), rss=rss)
 
 
 def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:

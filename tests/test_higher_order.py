@@ -416,3 +416,15 @@ def test_coverage_study_passes_inputs_to_every_method():
     assert np.all(np.abs(ds["estimate"].values - np.array(HEAD.p_true)) < 0.2)
     assert np.all(ds["fsim_error"].values < 0.1)
     assert bool(ds["success"].sel(estimator="mle-hessian").all())
+
+
+def test_output_error_with_residual_noise_uses_its_own_initial_state():
+    d = HEAD.simulate(noise_ratio=0.05, n_points=21, seed=5)
+    res = pw.fit(HEAD.model, d.t, d.U, method="oels", inputs=d.inputs, sigma="residual")
+    assert res.success and res.history["noise"]["dof"] == 21 - 5
+    # the residual estimate is output error's own: RSS / (N - 5) at its optimum
+    rss = np.sum((res.simulate() - d.U) ** 2)
+    np.testing.assert_allclose(res.sigma[0], np.sqrt(rss / 16), rtol=1e-3)
+    # the same intervals as output error scaled by its reduced chi-square (sigma=None)
+    plain = pw.fit(HEAD.model, d.t, d.U, method="oels", inputs=d.inputs)
+    np.testing.assert_allclose(res.stderr, plain.stderr, rtol=1e-2)

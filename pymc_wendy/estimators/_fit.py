@@ -7,6 +7,8 @@ import warnings
 from collections.abc import Mapping
 from concurrent.futures import Executor
 
+import numpy as np
+
 from pymc_wendy import bias
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
@@ -15,7 +17,7 @@ from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.experiments import JointLikelihood
 from pymc_wendy.likelihood import Noise, WeakLikelihood
 from pymc_wendy.ode import ODEModel
-from pymc_wendy.output_error import residual_noise
+from pymc_wendy.output_error import _residual_noise
 from pymc_wendy.problems import SimulationError
 from pymc_wendy.results import FitResult, FitWarning
 
@@ -78,11 +80,12 @@ def fit(
         Noise standard deviation per state (of ``log U`` for log-normal noise); estimated
         from the data with the high-order filter when omitted. For several experiments, a
         scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
-        ``"residual"`` (weak-form methods, one experiment): fit with the filter's estimate,
-        estimate the noise from the residuals of the ODE solution at that fit
-        (:func:`~pymc_wendy.output_error.residual_noise`, initial state fitted to all data),
-        and fit again with it; ``history["noise"]`` records both estimates. The better
-        choice for short series and forced models (``docs/higher_order.md``).
+        ``"residual"`` (one experiment): fit with the filter's estimate, estimate the noise
+        from the residuals of the ODE solution at that fit (output error's own initial
+        state, else one fitted to all data: :func:`~pymc_wendy.output_error.residual_noise`)
+        with ``N - (J + n_0) / D`` degrees of freedom, and fit again with it;
+        ``history["noise"]`` records both estimates. The better choice for short series and
+        forced models (``docs/higher_order.md``).
     u0 : array (D,), optional
         Starting initial state for output error (default: the value at ``t[0]`` of a
         parabola fitted to the first points of the data); shape (E, D), a row per
@@ -182,19 +185,22 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
         raise ValueError(f"sigma must be a number, an array, None or 'residual'; got {sigma!r}")
     if not isinstance(model, ODEModel) or isinstance(t, list | tuple):
         raise ValueError("sigma='residual' needs an ODEModel and the data of one experiment (t, U)")
-    if not estimator.weak_likelihood:
-        raise ValueError(
-            f"sigma='residual' is for the weak-form estimators; method {estimator.name!r} "
-            "fits the initial state itself (pass sigma=None or numbers)"
-        )
     first = fit(model, t, U, estimator.name, sigma=None, **kwargs)
+    # output error has its own initial state; the weak-form estimators leave it free, and it
+    # is fitted to all the data
+    u0 = first.u0
+    X = np.log(first.U) if first.noise == "lognormal" else first.U
     try:
-        est = residual_noise(first.likelihood, first.x, solver=kwargs["solver"])
+        est = _residual_noise(
+            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0
+        )
     except SimulationError as exc:
         raise SimulationError(
             f"sigma='residual': the ODE solve at the first estimate failed ({exc}); pass sigma"
         ) from exc
     again = {**kwargs, "p0": first.x, "n_starts": 1}
+    if kwargs["u0"] is None and first.u0 is not None:
+        again["u0"] = first.u0
     res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
     res.sigma_estimated = True
     if res.u0 is None:  # fitted to all the data: the trajectory res.simulate() draws

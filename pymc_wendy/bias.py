@@ -70,6 +70,16 @@ def score_mean(lik: Likelihood, p) -> np.ndarray:
     """
     if isinstance(lik, JointLikelihood):
         return np.sum([score_mean(e, p) for e in lik.experiments], axis=0)
+    model = lik.base_model
+    if model.has_operator_terms:
+        # Linear in the states, r(p*) = L(p*) eps exactly and S does not depend on the data:
+        # the quadratic form's score has mean zero at the truth ("analytic" is "profile").
+        if model.is_linear_in_states:
+            return np.zeros(model.n_params)
+        raise ValueError(
+            f"{model.name}: the analytic bias correction of models of order > 1 or with inputs "
+            "needs them linear in the states; use bias_correction='profile'"
+        )
     p = lik._p(p)
     s2 = lik.sigma**2
     ev = lik._evaluation(p, s2)

@@ -540,6 +540,12 @@ class ODEModel:
         )
 
     @cached_property
+    def is_linear_in_states(self) -> bool:
+        """True when every ``d2f/du2`` of the pointwise part is identically zero (with
+        derivative terms and inputs, which are linear by construction: a linear ODE)."""
+        return all(sp.expand(e) == 0 for e in np.asarray(self._jacobians["f_uu"].tolist()).ravel())
+
+    @cached_property
     def _functions(self) -> dict[tuple[str, str], Callable]:
         return {}
 

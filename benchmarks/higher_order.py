@@ -52,8 +52,8 @@ PAPER_COVERAGE = {
     0.01: {21: (82, 85, 89), 51: (82, 90, 84), 101: (91, 90, 94)},
 }
 PAPER_SECONDS = {"data2ld": 3.64, "sft": 3677.57, "nls": 284.67}
-FREQUENTIST = ("mle", "oels", "data2ld")
-BAYES = ("nuts", "sft")
+FREQUENTIST = ("mle", "mle+profile", "oels", "data2ld")
+BAYES = ("nuts", "nuts+profile", "sft")
 
 
 def cramer_rao(prob: pw.Problem, n: int, sigma: float) -> np.ndarray:

@@ -300,6 +300,7 @@ def _bayes(task: _Task, data, record: dict) -> None:
                     noise=prob.noise,
                     bias_correction=correction,
                     inputs=d.inputs,
+                    sigma=task.fit_options.get("sigma"),
                 )
                 for d in datasets
             ]
@@ -313,7 +314,8 @@ def _bayes(task: _Task, data, record: dict) -> None:
                 t=d.t,
                 observed=d.U,
                 noise=prob.noise,
-                sigma=task.fit_options.get("sigma"),
+                # a corrected fit holds its noise level; the likelihood must use the same
+                sigma=task.fit_options.get("sigma") if c is None else c.sigma,
                 bias_correction=c,
                 inputs=d.inputs,
             )

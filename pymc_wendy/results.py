@@ -316,8 +316,10 @@ class FitResult:
         """An :class:`xarray.Dataset` with the estimate, covariances and intervals.
 
         Variables: ``estimate`` (param), ``std_err`` and ``ci`` (kind, param[, bound]),
-        ``covariance`` (kind, param, param_). Every kind available for this fit is included
-        unless ``kinds`` is given; kinds that fail (e.g. an indefinite Hessian) are NaN.
+        ``covariance`` (kind, param, param_), and ``u0`` (initial_state: the companion
+        states ``x, x', ...`` of the model) when the fit has one. Every kind available for
+        this fit is included unless ``kinds`` is given; kinds that fail (e.g. an indefinite
+        Hessian) are NaN.
         Scalars (method, success, nll, wall time, ...) go into ``attrs``.
         """
         import xarray as xr
@@ -372,8 +374,9 @@ class FitResult:
         )
         if np.ndim(self.sigma) == 2:  # several experiments: a row each (not an attribute)
             ds["sigma"] = (("experiment", "state"), self.sigma)
-        if self.u0 is not None:
-            ds["u0"] = (("experiment", "state")[-np.ndim(self.u0) :], self.u0)
+        if self.u0 is not None:  # the companion state (x, x', ...) for models of order > 1
+            ds["u0"] = (("experiment", "initial_state")[-np.ndim(self.u0) :], self.u0)
+            ds = ds.assign_coords(initial_state=list(self.model.companion_states))
         if "state" in ds.dims:
             ds = ds.assign_coords(state=list(self.model.states))
         return ds

@@ -297,6 +297,7 @@ def test_output_error_and_hybrid_on_head_acceleration():
     assert np.all(np.abs(res.x - HEAD.p_true) < 4 * res.stderr)
     assert np.all(res.stderr < 1.5 * crb) and np.all(res.stderr > crb / 1.5)
     assert np.all(np.abs(res.u0) < 5 * d.sigma[0])  # the truth is rest, (0, 0)
+    assert list(res.to_xarray()["u0"].initial_state.values) == ["x", "x'"]
     traj = res.simulate()  # with the fit's pulse, from its fitted companion state
     assert traj.shape == (101, 1) and np.sqrt(np.mean((traj - d.U_true) ** 2)) < d.sigma[0]
     hyb = pw.fit(HEAD.model, d.t, d.U, method="hybrid", inputs=d.inputs, bounds=HEAD.bounds)

@@ -25,7 +25,16 @@ def _truth_plus_one(problem) -> FitResult:
 
 
 def test_builtin_methods_are_registered_in_order():
-    assert pw.estimators.methods() == ("mle", "irls", "wls", "oels", "hybrid", "deq", "oc")
+    assert pw.estimators.methods() == (
+        "mle",
+        "irls",
+        "wls",
+        "oels",
+        "hybrid",
+        "deq",
+        "oc",
+        "data2ld",
+    )
     assert registry.kinds("mle") == ("hessian", "sandwich", "gls")
     assert registry.kinds("oels") == ("oe",)
     with pytest.raises(ValueError, match="method must be one of"):

@@ -27,6 +27,11 @@ method     estimator (module)
            conditions on a GCV-chosen regression-spline proxy, sine or B-spline test
            functions, their number chosen by prediction error, ``min |e(p)|^2``, and the
            paper's closed-form sandwich variance (kind ``"oc"``).
+"data2ld"  Carey & Ramsay's Data2LD (:mod:`.data2ld`): parameter cascading for one linear
+           ODE with known inputs; a B-spline fit penalised by the ODE's residual, its
+           weight ``rho`` raised along a logistic ladder to 0.99 with the parameters
+           re-estimated (``least_squares`` on ``|y - Phi c_hat(theta)|^2``) at each step,
+           and the paper's delta-method covariance (kind ``"data2ld"``).
 =========  ==================================================================================
 
 Each method is one module describing itself by an :class:`~.registry.Estimator`; ``fit``
@@ -34,7 +39,7 @@ validates its inputs once (:mod:`._problem`) and dispatches through :mod:`.regis
 Choices and their reasons are collected in ``docs/estimators.md``.
 """
 
-from pymc_wendy.estimators import deq, hybrid, irls, mle, oc, oels, wls
+from pymc_wendy.estimators import data2ld, deq, hybrid, irls, mle, oc, oels, wls
 from pymc_wendy.estimators._fit import fit
 from pymc_wendy.estimators.mle import wendy_mle
 from pymc_wendy.estimators.oels import estimate_initial_state
@@ -52,6 +57,6 @@ __all__ = [
     "wendy_mle",
 ]
 
-for _module in (mle, irls, wls, oels, hybrid, deq, oc):
+for _module in (mle, irls, wls, oels, hybrid, deq, oc, data2ld):
     register(_module.ESTIMATOR)
 del _module

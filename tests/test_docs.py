@@ -38,6 +38,17 @@ def test_readme_several_experiments_example():
     np.testing.assert_allclose(joint.x, [3, -1, -6, 1], rtol=0.1)
 
 
+def test_readme_higher_order_example():
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    exec(blocks[5], namespace)  # noqa: S102
+    truth = [0.05, 0.15, 0.39]
+    for name in ("res", "nls", "d2l"):
+        fit = namespace[name]
+        assert fit.success, name
+        assert np.all(np.abs(fit.x - truth) < 4 * fit.stderr), name
+
+
 @pytest.mark.slow
 def test_readme_tempering_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)

@@ -598,9 +598,7 @@ def _continuation(crit: _Criterion, theta0, bounds, opts) -> dict:
 
 # --- the estimator --------------------------------------------------------------------------
 def _inputs_of(problem: FitProblem) -> list[Input]:
-    lik = problem.likelihood
-    given = getattr(lik, "inputs", None) or {}
-    return [given[name] for name in problem.model.inputs]
+    return [problem.inputs[name] for name in problem.model.inputs]
 
 
 def prepare_criterion(problem: FitProblem) -> tuple[LinearStructure, _Basis, _Criterion, dict]:

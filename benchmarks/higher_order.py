@@ -78,7 +78,7 @@ def cramer_rao(prob: pw.Problem, n: int, sigma: float) -> np.ndarray:
     return s * np.sqrt(np.diag(np.linalg.inv(S.T @ S)))
 
 
-def run(methods, n_datasets: int, n_bayes: int, ns, sigmas, workers, store: Path, sample):
+def run(methods, n_datasets: int, n_bayes: int, ns, sigmas, workers, store: Path, sample, execute):
     prob = pw.get_problem("head_acceleration")
     out = {}
     groups = [
@@ -86,7 +86,7 @@ def run(methods, n_datasets: int, n_bayes: int, ns, sigmas, workers, store: Path
         ("bayes", [m for m in methods if m in BAYES], n_bayes, sample),
     ]
     for group, ms, n, sample_options in groups:
-        if not ms or n < 1:
+        if not ms or n < 1 or not (execute or (store / group / "runs.jsonl").exists()):
             continue
         start = time.perf_counter()
         ds = run_coverage(
@@ -100,6 +100,8 @@ def run(methods, n_datasets: int, n_bayes: int, ns, sigmas, workers, store: Path
             max_workers=workers,
             fit_options={"sigma": "residual"},
             sample_options=sample_options,
+            execute=execute,
+            progress=execute,
         )
         print(f"{group}: {time.perf_counter() - start:.0f} s")
         out[group] = ds
@@ -116,6 +118,8 @@ def summarise(prob: pw.Problem, results: dict, ns, sigmas) -> dict:
                     cell = ds.sel(estimator=label, noise_ratio=s, n_points=n)
                     est = cell["estimate"].values  # (dataset, param)
                     ok = np.all(np.isfinite(est), axis=1)
+                    if not ok.any():  # not run (yet)
+                        continue
                     err = est[ok] - truth
                     covered = cell["covered"].values[ok]
                     table.setdefault(label, {})[f"{s}|{n}"] = {
@@ -157,6 +161,53 @@ def report(prob: pw.Problem, table: dict, ns, sigmas) -> None:
                     print(f"{'':16s}{label:18s} {_fmt(c['coverage'])}  (MC se {mc:.3f})")
 
 
+def markdown(prob: pw.Problem, table: dict, ns, sigmas) -> str:
+    """The study as two markdown tables (RMSE with the bound and the paper; coverage)."""
+    labels = list(table)
+    head = "| sigma | N | CRB | paper Data2LD | " + " | ".join(labels) + " |"
+    rule = "|" + "---|" * (4 + len(labels))
+    rmse = ["100 x RMSE (beta0 / beta1 / alpha)", "", head, rule]
+    cover = [
+        "Coverage of 95 % intervals (beta0 / beta1 / alpha)",
+        "",
+        head.replace("CRB | ", ""),
+        rule[:-4],
+    ]
+    for s in sigmas:
+        for n in ns:
+            cells = [table[lab].get(f"{s}|{n}") for lab in labels]
+            crb = 100 * cramer_rao(prob, n, s)
+            rmse.append(
+                f"| {s:.2f} | {n} | {_slash(crb)} | {_slash(PAPER_RMSE[s][n])} | "
+                + " | ".join(_slash(c["rmse100"]) if c else "" for c in cells)
+                + " |"
+            )
+            cover.append(
+                f"| {s:.2f} | {n} | {_slash(np.array(PAPER_COVERAGE[s][n]) / 100, 2)} | "
+                + " | ".join(_slash(c["coverage"], 2) if c else "" for c in cells)
+                + " |"
+            )
+    sizes = ", ".join(f"{lab}: {max(c['n'] for c in table[lab].values())}" for lab in labels)
+    times = ", ".join(
+        f"{lab}: {np.median([c['median_seconds'] for c in table[lab].values()]):.2f} s"
+        for lab in labels
+    )
+    return "\n".join(
+        [
+            *rmse,
+            "",
+            *cover,
+            "",
+            f"Data sets per cell: {sizes}.",
+            f"Median time per data set: {times}.",
+        ]
+    )
+
+
+def _slash(v, digits: int = 3) -> str:
+    return " / ".join(f"{x:.{digits}f}" for x in v)
+
+
 def _fmt(v) -> str:
     return " ".join(f"{x:7.3f}" for x in v)
 
@@ -171,15 +222,22 @@ def main() -> None:
     ap.add_argument("--store", type=Path, default=OUT / "higher_order")
     ap.add_argument("--draws", type=int, default=500)
     ap.add_argument("--tune", type=int, default=500)
+    ap.add_argument("--report", action="store_true", help="only report what the stores hold")
+    ap.add_argument("--markdown", action="store_true", help="also print markdown tables")
     args = ap.parse_args()
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     ns, n, n_bayes, store = NS, args.n, args.n_bayes, args.store
     if args.quick:
         ns, n, n_bayes, store = (51,), 10, 4, store.with_name(store.name + "_quick")
     sample = {"draws": args.draws, "tune": args.tune, "chains": 2}
-    prob, results = run(methods, n, n_bayes, ns, SIGMAS, args.workers, store, sample)
+    if args.report:
+        methods = [*FREQUENTIST, *BAYES]
+    run_args = (n, n_bayes, ns, SIGMAS, args.workers, store, sample, not args.report)
+    prob, results = run(methods, *run_args)
     table = summarise(prob, results, ns, SIGMAS)
     report(prob, table, ns, SIGMAS)
+    if args.markdown:
+        print("\n" + markdown(prob, table, ns, SIGMAS))
     (store / "summary.json").write_text(json.dumps(table, indent=1))
     print(f"\nwritten: {store / 'summary.json'}")
 

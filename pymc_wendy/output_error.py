@@ -14,10 +14,13 @@ The Jacobian comes from forward sensitivities: the state is integrated together 
 generated derivatives compiled by numba. A failed solve at a trial point is reported to the
 optimiser as a very poor fit, so it backs off instead of stopping.
 
-:func:`_fit_initial_state` (``u0`` with ``p`` held fixed) is the special case used for
-predictive trajectories of the weak-form estimates
-(:func:`pymc_wendy.estimate_initial_state`). Nothing here depends on an estimator:
-``fit(method="oels")`` (:mod:`pymc_wendy.estimators.oels`) builds on this module.
+:func:`_fit_initial_state` (``u0`` with ``p`` held fixed, Gauss-Newton on the variational
+equations) is the special case used for predictive trajectories of the weak-form estimates
+(:func:`pymc_wendy.estimate_initial_state`) and for the noise level from a fit's residuals
+(:func:`residual_noise`, ``fit(..., sigma="residual")``). Models of order > 1 or with known
+inputs are solved as their first-order companion systems, restarting at input breakpoints.
+Nothing here depends on an estimator: ``fit(method="oels")``
+(:mod:`pymc_wendy.estimators.oels`) builds on this module.
 """
 
 from __future__ import annotations

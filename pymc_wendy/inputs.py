@@ -12,6 +12,7 @@ and spectrally accurate for smooth ones.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -22,6 +23,11 @@ __all__ = ["Input", "as_inputs"]
 
 #: Gauss-Legendre nodes per smooth piece (exact for polynomials of degree 2 * 48 - 1).
 _NODES = 48
+
+
+def _pulse(times, start: float, end: float, height: float) -> np.ndarray:
+    times = np.asarray(times, dtype=float)
+    return np.where((times >= start) & (times <= end), height, 0.0)
 
 
 class Input:
@@ -104,10 +110,7 @@ class Input:
         if not (np.isfinite(start) and np.isfinite(end) and end > start):
             raise ValueError(f"a pulse needs finite start < end; got ({start}, {end})")
 
-        def w(times):
-            times = np.asarray(times, dtype=float)
-            return np.where((times >= start) & (times <= end), height, 0.0)
-
+        w = functools.partial(_pulse, start=start, end=end, height=height)  # picklable
         return cls(w, breakpoints=(start, end), name=f"pulse[{start:g}, {end:g}]")
 
     def __call__(self, times) -> np.ndarray:

@@ -107,6 +107,18 @@ def test_pulse_integrals_are_exact():
     np.testing.assert_allclose(pulse.integrate(tf)[[0, 5]], ref, rtol=0, atol=1e-12)
 
 
+def test_inputs_and_forced_problems_pickle():
+    """Coverage studies send problems and their inputs to worker processes."""
+    import pickle
+
+    pulse = pickle.loads(pickle.dumps(Input.pulse(14.0, 15.0, height=2.0)))
+    np.testing.assert_array_equal(pulse([13.9, 14.0, 14.5, 15.0, 15.1]), [0, 2, 2, 2, 0])
+    assert pulse.breakpoints.tolist() == [14.0, 15.0]
+    prob = pickle.loads(pickle.dumps(HEAD))
+    d = prob.simulate(n_points=21, noise_ratio=0.01, seed=1)
+    np.testing.assert_array_equal(d.U, HEAD.simulate(n_points=21, noise_ratio=0.01, seed=1).U)
+
+
 def test_grid_input_is_piecewise_linear_and_must_cover_the_data():
     t = np.linspace(0.0, 10.0, 41)
     tf = pw.build_test_functions(t, np.sin(t)[:, None], min_radius=2.0)

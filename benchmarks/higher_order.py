@@ -184,7 +184,7 @@ def markdown(prob: pw.Problem, table: dict, ns, sigmas) -> str:
             )
             cover.append(
                 f"| {s:.2f} | {n} | {_slash(np.array(PAPER_COVERAGE[s][n]) / 100, 2)} | "
-                + " | ".join(_slash(c["coverage"], 2) if c else "" for c in cells)
+                + " | ".join(_slash(c["coverage"], 3) if c else "" for c in cells)
                 + " |"
             )
     sizes = ", ".join(f"{lab}: {max(c['n'] for c in table[lab].values())}" for lab in labels)

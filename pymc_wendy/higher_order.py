@@ -19,7 +19,6 @@ import sympy as sp
 from pymc_wendy import _codegen, _operator
 from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.ode import ODEModel
-from pymc_wendy.output_error import _polynomial_start
 from pymc_wendy.test_functions import (
     TestFunctions,
     build_test_functions,
@@ -28,7 +27,7 @@ from pymc_wendy.test_functions import (
     quadrature_weights,
 )
 
-__all__ = ["OperatorLikelihood", "moment_error", "polynomial_initial_state"]
+__all__ = ["OperatorLikelihood", "moment_error"]
 
 #: Relative error of the discrete integration by parts above which building the likelihood
 #: fails (see :func:`moment_error`): the test functions are too narrow for the grid.
@@ -267,10 +266,3 @@ class OperatorLikelihood(WeakLikelihood):
             Aab = Ls[a] @ Ls[b].T
             A[q] = Aab if a == b else Aab + Aab.T
         return r0, G, A
-
-
-def polynomial_initial_state(lik: WeakLikelihood) -> np.ndarray:
-    """A starting companion state for forward simulation: each state's value and derivatives
-    up to its order - 1 at ``t[0]``, from a least-squares polynomial of degree ``order + 1``
-    through the first ``3 (order + 2)`` data points (fewer if the data are shorter)."""
-    return _polynomial_start(lik.base_model.orders, lik.t, lik.U)

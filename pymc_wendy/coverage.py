@@ -83,7 +83,9 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
         if plus:
             if base not in ("mle", *_BAYES):
                 raise ValueError(
-                    f"method {name!r}: a bias correction applies to 'mle' or {list(_BAYES)}"
+                    f"method {name!r}: a bias correction applies to "
+                    + ", ".join(map(repr, ("mle", *_BAYES[:-1])))
+                    + f" or {_BAYES[-1]!r}"
                 )
             correction = resolve(correction)
             base_label = f"{base}+{correction}"

@@ -333,7 +333,7 @@ def test_coverage_method_names_with_a_correction():
         "nuts+profile": ("nuts+profile", None),
         "mle-hessian": ("mle", "hessian"),
     }
-    with pytest.raises(ValueError, match="applies to 'mle', 'nuts' or 'laplace'"):
+    with pytest.raises(ValueError, match="applies to 'mle', 'nuts', 'sft' or 'laplace'"):
         _parse_methods(["irls+analytic-gls"])
     with pytest.raises(ValueError, match="unknown bias_correction"):
         _parse_methods(["mle+nope"])

@@ -61,6 +61,46 @@ def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
 
 
 @numba.njit(cache=True)
+def _covariance_solve(LT, LsT, r, diag, logdet, want_grad):
+    """``S = Ls Ls^T + diag I`` (``LsT.T = L Sigma^1/2``) by a rank-k update, its Cholesky
+    factor, ``a = S^{-1} r`` and the NLL (the quadratic form alone without ``logdet``), and
+    when the gradient needs it ``YT`` with ``YT.T = S^{-1} L``. Returns ``(ok, nll, a, YT)``;
+    ``ok`` is False when ``S`` is not positive definite."""
+    n = r.size
+    ST = np.empty((n, n))  # ST.T is the F-ordered S
+    _lapack.syrk_lower(LsT.T, ST.T)
+    ok, C, a, nll = _factor_and_nll(ST, r, diag)
+    if not ok:
+        return False, np.inf, a, np.zeros((0, n))
+    if not logdet:
+        nll = 0.5 * np.dot(r, a)
+    if want_grad and logdet:
+        YT = LT.copy()
+        _lapack.potrs_lower(C, YT.T)
+    else:  # no gradient, or W = -a a^T: no S^{-1} L term
+        YT = np.zeros((0, n))
+    return True, nll, a, YT
+
+
+@numba.njit(cache=True)
+def _add_pointwise_score(phi, a, Jp, gp):
+    """``gp += a^T dr/dp`` through the pointwise part ``Phi f``; returns ``a`` as (K, D)."""
+    K, M1 = phi.shape
+    D = Jp.shape[1]
+    J = Jp.shape[2]
+    Am = np.empty((K, D))
+    for d in range(D):
+        for k in range(K):
+            Am[k, d] = a[d * K + k]
+    PA = np.dot(phi.T, Am)  # (M1, D)
+    for m in range(M1):
+        for d in range(D):
+            for j in range(J):
+                gp[j] += PA[m, d] * Jp[m, d, j]
+    return Am
+
+
+@numba.njit(cache=True)
 def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=True):
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
@@ -106,21 +146,11 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
                     LT[col, d * K + k] = v
                     LsT[col, d * K + k] = v * se
 
-    ST = np.empty((n, n))  # ST.T is the F-ordered S
-    _lapack.syrk_lower(LsT.T, ST.T)
-    ok, C, a, nll = _factor_and_nll(ST, r, diag)
+    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
     if not ok:
         return np.inf, gp, gs
-    if not logdet:
-        nll = 0.5 * np.dot(r, a)
     if not want_grad:
         return nll, gp, gs
-
-    if logdet:
-        YT = LT.copy()  # YT.T <- S^{-1} L
-        _lapack.potrs_lower(C, YT.T)
-    else:  # W = -a a^T: no S^{-1} L term
-        YT = np.zeros((0, n))
     # B[d, m, e] = s2_e sum_k phi[k, m] (W L)[(d, k), (e, m)],  W L = S^{-1} L - a (L^T a)^T
     for e in range(D):
         for m in range(M1):
@@ -144,16 +174,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
             gs[e] += acc_s
     for e in range(D):
         gs[e] *= 0.5 * scale
-    # a^T dr/dp
-    Am = np.empty((K, D))
-    for d in range(D):
-        for k in range(K):
-            Am[k, d] = a[d * K + k]
-    PA = np.dot(phi.T, Am)  # (M1, D)
-    for m in range(M1):
-        for d in range(D):
-            for j in range(J):
-                gp[j] += PA[m, d] * Jp[m, d, j]
+    _add_pointwise_score(phi, a, Jp, gp)
     return nll, gp, gs
 
 
@@ -207,20 +228,11 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
                         v += C[q, d, e] * ops[q, k, m]
                     LT[col, d * K + k] = v
                     LsT[col, d * K + k] = v * se
-    ST = np.empty((n, n))
-    _lapack.syrk_lower(LsT.T, ST.T)
-    ok, Cf, a, nll = _factor_and_nll(ST, r, diag)
+    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
     if not ok:
         return np.inf, gp, gs
-    if not logdet:
-        nll = 0.5 * np.dot(r, a)
     if not want_grad:
         return nll, gp, gs
-    if logdet:
-        YT = LT.copy()
-        _lapack.potrs_lower(Cf, YT.T)
-    else:
-        YT = np.zeros((0, n))
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
@@ -246,15 +258,7 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
             gs[e] += acc_s
     for e in range(D):
         gs[e] *= 0.5 * scale
-    Am = np.empty((K, D))
-    for d in range(D):
-        for k in range(K):
-            Am[k, d] = a[d * K + k]
-    PA = np.dot(phi.T, Am)
-    for m in range(M1):
-        for d in range(D):
-            for j in range(J):
-                gp[j] += PA[m, d] * Jp[m, d, j]
+    Am = _add_pointwise_score(phi, a, Jp, gp)
     for k in range(K):
         for d in range(D):
             for j in range(J):

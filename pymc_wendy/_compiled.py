@@ -18,6 +18,7 @@ A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections.abc import Callable
 
@@ -363,73 +364,227 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     return nll, gp, gw
 
 
-def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0) -> Callable:
-    """A numba function ``(p, sigma2, alpha) -> (nll, grad_p, grad_sigma2)`` bound to ``lik``.
+@numba.njit(cache=True)
+def _tilt(nll, gp, p, tilt, ref, offset, want_grad):
+    """The bias-corrected objective's linear tilt (:mod:`pymc_wendy.bias`) added in place."""
+    if np.isfinite(nll):
+        nll += offset - np.dot(tilt, p - ref)
+        if want_grad:
+            gp -= tilt
+    return nll
 
-    The data, test functions and (for linear-in-parameter models) the precomputed coefficient
-    matrices are frozen into the compiled function. With ``infer_sigma=False`` the ``sigma2``
-    argument is ignored and ``lik.sigma`` is used. ``alpha`` relaxes the covariance toward a
-    multiple of the identity, ``S_alpha = (1 - alpha) S + alpha * relax_scale * I`` (``S`` the
-    model's, ridge included); ``alpha = 0`` is the model's likelihood exactly. A bias-corrected
-    likelihood (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
+
+def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[str, np.ndarray]:
+    """Which compiled path serves ``lik``, and everything its kernel reads, packed.
+
+    Returns ``(kind, buffer)``: ``kind`` is ``"linear"`` (linear-in-parameter models with the
+    precomputed coefficient matrices), ``"operator"`` (derivative terms or inputs) or
+    ``"general"``; ``buffer`` is one float64 array holding the data side of the likelihood
+    (observations, test functions, noise level, ridge, bias-correction tilt, relaxation
+    scale; :func:`_pack`). None of it is compiled into the kernel, so one compilation of
+    :func:`kernel_for` serves every data set of a model.
     """
     from pymc_wendy import _linear
 
     corr = lik._correction
     if corr is not None and infer_sigma:
         raise ValueError("a bias-corrected likelihood holds sigma fixed; it cannot infer it")
-    logdet = corr is None
     J = lik.model.n_params
+    logdet = corr is None
     tilt = np.zeros(J) if logdet else np.asarray(corr["tilt"], dtype=float)
     ref = np.zeros(J) if logdet else np.asarray(corr["reference"], dtype=float)
     offset = 0.0 if logdet else float(corr["offset"])
-    form = _linear.form_for(lik, per_state=infer_sigma)
-    ridge = float(lik.ridge)
-    c = float(relax_scale)
-    if form is not None:
-        blocks, be, bq, bd, bd2 = form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2
-        r0, G = form.r0, form.G
-        scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
-
-        @numba.njit
-        def linear_kernel(p, sigma2, alpha):
-            keep = 1.0 - alpha
-            w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
-            nll, gp, gw = linear(
-                blocks,
-                be,
-                bq,
-                bd,
-                bd2,
-                r0,
-                G,
-                np.ascontiguousarray(p),
-                w,
-                keep * ridge + alpha * c,
-                want_grad,
-                logdet,
-            )
-            if not logdet and np.isfinite(nll):
-                nll += offset - np.dot(tilt, p - ref)
-                if want_grad:
-                    gp -= tilt
-            return nll, gp, gw * (keep * scale)
-
-        return linear_kernel
-
-    if lik.model.has_operator_terms:
-        return _operator_kernel(lik, infer_sigma, want_grad, c, logdet, tilt, ref, offset)
-    model = lik.model
-    t = np.ascontiguousarray(lik.t)
-    X = np.ascontiguousarray(lik.X)
-    phi, dphi, b = lik.phi, lik.dphi, np.ascontiguousarray(lik.b)
-    M1, D, J = t.size, model.n_states, model.n_params
-    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
+    scalars = np.array([float(lik.ridge), float(relax_scale), offset])
     fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
+    form = _linear.form_for(lik, per_state=infer_sigma)
+    if form is not None:
+        kind = "linear"
+        data = (form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2, form.r0, form.G)
+    elif lik.model.has_operator_terms:
+        kind, d = "operator", lik._data
+        data = (lik.t, lik.X, d.phi, d.ops, d.OX, d.Psi, fixed_s2)
+    else:
+        kind = "general"
+        data = (lik.t, lik.X, lik.phi, lik.dphi, lik.b, fixed_s2)
+    return kind, _pack((*data, tilt, ref, scalars))
+
+
+def _pack(arrays) -> np.ndarray:
+    """``[n, shapes (n x 3, padded with 1), the arrays' entries]`` as one float64 array."""
+    shapes = np.ones((len(arrays), 3))
+    for i, a in enumerate(arrays):
+        shapes[i, : a.ndim] = a.shape
+    parts = [np.array([len(arrays)], dtype=float), shapes.ravel()]
+    parts += [np.asarray(a, dtype=float).ravel() for a in arrays]
+    return np.concatenate(parts)
+
+
+@numba.njit(cache=True)
+def _offsets(buf):
+    n = int(buf[0])
+    off = np.empty(n, dtype=np.int64)
+    o = 1 + 3 * n
+    for i in range(n):
+        off[i] = o
+        o += int(buf[1 + 3 * i]) * int(buf[2 + 3 * i]) * int(buf[3 + 3 * i])
+    return off
+
+
+@numba.njit(cache=True)
+def _unpack1(buf, off, i):
+    return buf[off[i] : off[i] + int(buf[1 + 3 * i])]
+
+
+@numba.njit(cache=True)
+def _unpack2(buf, off, i):
+    s0, s1 = int(buf[1 + 3 * i]), int(buf[2 + 3 * i])
+    return buf[off[i] : off[i] + s0 * s1].reshape((s0, s1))
+
+
+@numba.njit(cache=True)
+def _unpack3(buf, off, i):
+    s0, s1, s2 = int(buf[1 + 3 * i]), int(buf[2 + 3 * i]), int(buf[3 + 3 * i])
+    return buf[off[i] : off[i] + s0 * s1 * s2].reshape((s0, s1, s2))
+
+
+@numba.njit(cache=True)
+def _unpack_index(buf, off, i):
+    return _unpack1(buf, off, i).astype(np.int64)
+
+
+#: the C signature of :func:`kernel_for`'s kernels:
+#: ``(p, J, sigma2, n_sigma2, alpha, buffer, buffer size, out) -> status``
+C_SIGNATURE = numba.types.int64(
+    numba.types.CPointer(numba.types.float64),
+    numba.types.int64,
+    numba.types.CPointer(numba.types.float64),
+    numba.types.int64,
+    numba.types.float64,
+    numba.types.CPointer(numba.types.float64),
+    numba.types.int64,
+    numba.types.CPointer(numba.types.float64),
+)
+
+
+def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
+    """The compiled kernel of a model structure, shared by every likelihood of that structure.
+
+    A numba ``cfunc`` with :data:`C_SIGNATURE`: it reads ``p`` (J,), ``sigma2`` (``n_sigma2``
+    noise variances; ignored with ``infer_sigma=False``, where the data's noise level is
+    used), ``alpha`` and :func:`kernel_inputs`' ``buffer``, and writes ``out`` (1 + J +
+    ``n_sigma2``) with ``nll``, its gradient in ``p`` and in ``sigma2``. Callers (the Op's
+    numba functions) call it through its address, so compiling a caller does not compile
+    the kernel again: a new data set of the same model costs milliseconds, not seconds.
+    ``alpha`` relaxes the covariance toward a multiple ``c`` (in the buffer) of the identity,
+    ``S_alpha = (1 - alpha) S + alpha c I`` (``S`` the model's, ridge included); ``alpha = 0``
+    is the model's likelihood exactly. A bias-corrected likelihood
+    (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
+    """
+    logdet = lik._correction is None
+    parts = [kind, str(infer_sigma), str(want_grad), str(logdet)]
+    if kind != "linear":  # the linear path calls no model code
+        model = lik.model
+        fns = [model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")]
+        if kind == "operator":
+            coeff = lik._coeff
+            fns += [coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")]
+            parts.append(repr(sorted(coeff.shapes.items())))
+        parts += [fn.py_func.__source__ for fn in fns]
+    key = "\n".join(parts)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        if kind == "linear":
+            inner = _linear_kernel(infer_sigma, want_grad, logdet)
+        elif kind == "operator":
+            inner = _operator_kernel(lik, infer_sigma, want_grad, logdet)
+        else:
+            inner = _general_kernel(lik, infer_sigma, want_grad, logdet)
+        kernel = _KERNELS[key] = _c_kernel(inner)
+    return kernel
+
+
+def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0) -> Callable:
+    """``(p, sigma2, alpha) -> (nll, grad_p, grad_sigma2)`` for ``lik``, callable from Python
+    (tests, benchmarks): :func:`kernel_for`'s kernel on :func:`kernel_inputs`' buffer."""
+    kind, buf = kernel_inputs(lik, infer_sigma=infer_sigma, relax_scale=relax_scale)
+    kernel = kernel_for(lik, kind, infer_sigma=infer_sigma, want_grad=want_grad)
+    J, D = lik.model.n_params, lik.model.n_states if infer_sigma else 0
+
+    def bound(p, sigma2, alpha):
+        p = np.ascontiguousarray(p, dtype=float)
+        s2 = np.ascontiguousarray(sigma2, dtype=float) if infer_sigma else np.zeros(0)
+        if s2.shape != (D,):
+            raise ValueError(f"sigma2 must have shape ({D},); got {s2.shape}")
+        out = np.empty(1 + J + D)
+        ptr = (a.ctypes.data_as(_DOUBLE_P) for a in (p, s2, buf, out))
+        kernel.ctypes(next(ptr), J, next(ptr), D, float(alpha), next(ptr), buf.size, next(ptr))
+        return out[0], out[1 : 1 + J], out[1 + J :] if infer_sigma else np.zeros(D)
+
+    return bound
+
+
+_DOUBLE_P = ctypes.POINTER(ctypes.c_double)
+
+#: kernels by model structure (:func:`kernel_for`)
+_KERNELS: dict[str, Callable] = {}
+
+
+def _c_kernel(inner: Callable):
+    """:func:`kernel_for`'s C-callable wrapper of ``inner(p, sigma2, alpha, buf)``."""
+
+    @numba.cfunc(C_SIGNATURE)
+    def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
+        p = numba.carray(p_, (J,))
+        s2 = numba.carray(s2_, (n_s2,))
+        buf = numba.carray(buf_, (n_buf,))
+        out = numba.carray(out_, (1 + J + n_s2,))
+        nll, gp, gs = inner(p, s2, alpha, buf)
+        out[0] = nll
+        out[1 : 1 + J] = gp
+        if n_s2 > 0:
+            out[1 + J :] = gs[:n_s2]
+        return 0
+
+    return c_kernel
+
+
+def _linear_kernel(infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
+    @numba.njit
+    def linear_kernel(p, sigma2, alpha, buf):
+        o = _offsets(buf)
+        blocks = _unpack3(buf, o, 0)
+        be, bq = _unpack_index(buf, o, 1), _unpack_index(buf, o, 2)
+        bd, bd2 = _unpack_index(buf, o, 3), _unpack_index(buf, o, 4)
+        r0, G = _unpack1(buf, o, 5), _unpack2(buf, o, 6)
+        tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
+        ridge, c, offset = scalars[0], scalars[1], scalars[2]
+        p = np.ascontiguousarray(p)
+        keep = 1.0 - alpha
+        scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
+        w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
+        diag = keep * ridge + alpha * c
+        nll, gp, gw = linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, want_grad, logdet)
+        if not logdet:
+            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
+        return nll, gp, gw * (keep * scale)
+
+    return linear_kernel
+
+
+def _general_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
+    model = lik.model
+    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
 
     @numba.njit
-    def general_kernel(p, sigma2, alpha):
+    def general_kernel(p, sigma2, alpha, buf):
+        o = _offsets(buf)
+        t, X = _unpack1(buf, o, 0), _unpack2(buf, o, 1)
+        phi, dphi, b = _unpack2(buf, o, 2), _unpack2(buf, o, 3), _unpack2(buf, o, 4)
+        fixed_s2, tilt, ref = _unpack1(buf, o, 5), _unpack1(buf, o, 6), _unpack1(buf, o, 7)
+        scalars = _unpack1(buf, o, 8)
+        ridge, c, offset = scalars[0], scalars[1], scalars[2]
         p = np.ascontiguousarray(p)
+        M1, D, J = t.size, X.shape[1], p.size
         F = f(t, X, p, np.zeros((M1, D)))
         Ju = f_u(t, X, p, np.zeros((M1, D, D)))
         if want_grad:
@@ -443,36 +598,33 @@ def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float =
         scale = keep * (1.0 - ridge)
         diag = keep * ridge + alpha * c
         nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, diag, want_grad, logdet)
-        if not logdet and np.isfinite(nll):
-            nll += offset - np.dot(tilt, p - ref)
-            if want_grad:
-                gp -= tilt
+        if not logdet:
+            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
         return nll, gp, gs
 
     return general_kernel
 
 
-def _operator_kernel(lik, infer_sigma, want_grad, c, logdet, tilt, ref, offset) -> Callable:
-    """:func:`make_kernel`'s general path for models with derivative terms or inputs."""
+def _operator_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
+    """:func:`kernel_for`'s general path for models with derivative terms or inputs."""
     model = lik.model
-    t = np.ascontiguousarray(lik.t)
-    X = np.ascontiguousarray(lik.X)
-    data = lik._data
-    phi, ops, OX = data.phi, np.ascontiguousarray(data.ops), np.ascontiguousarray(data.OX)
-    Psi = np.ascontiguousarray(data.Psi)
-    M1, D, J = t.size, model.n_states, model.n_params
     f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
     coeff = lik._coeff
     c_fn, b_fn, cp_fn, bp_fn = (coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p"))
     shapes = coeff.shapes
     sC, sb, sCp, sbp = shapes["C"], shapes["beta"], shapes["C_p"], shapes["beta_p"]
-    fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
-    ridge = float(lik.ridge)
-    zt, zu = np.zeros(1), np.zeros((1, 0))
 
     @numba.njit
-    def operator_kernel(p, sigma2, alpha):
+    def operator_kernel(p, sigma2, alpha, buf):
+        o = _offsets(buf)
+        t, X, phi = _unpack1(buf, o, 0), _unpack2(buf, o, 1), _unpack2(buf, o, 2)
+        ops, OX, Psi = _unpack3(buf, o, 3), _unpack3(buf, o, 4), _unpack2(buf, o, 5)
+        fixed_s2, tilt, ref = _unpack1(buf, o, 6), _unpack1(buf, o, 7), _unpack1(buf, o, 8)
+        scalars = _unpack1(buf, o, 9)
+        ridge, c, offset = scalars[0], scalars[1], scalars[2]
         p = np.ascontiguousarray(p)
+        M1, D, J = t.size, X.shape[1], p.size
+        zt, zu = np.zeros(1), np.zeros((1, 0))
         F = f(t, X, p, np.zeros((M1, D)))
         Ju = f_u(t, X, p, np.zeros((M1, D, D)))
         Cq = c_fn(zt, zu, p, np.zeros((1,) + sC))[0]
@@ -495,10 +647,8 @@ def _operator_kernel(lik, infer_sigma, want_grad, c, logdet, tilt, ref, offset) 
             phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, scale, diag, want_grad,
             logdet,
         )  # fmt: skip
-        if not logdet and np.isfinite(nll):
-            nll += offset - np.dot(tilt, p - ref)
-            if want_grad:
-                gp -= tilt
+        if not logdet:
+            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
         return nll, gp, gs
 
     return operator_kernel

@@ -220,30 +220,44 @@ def weak_loglik_value_only(fgraph, node):
     return {node.outputs[0]: new[0]}
 
 
-#: numba kernels per likelihood and Op flags: every compilation of a graph holding the Op
-#: (``pw.sample``'s posterior mode, then nutpie's, then predictive draws) reuses the machine
-#: code instead of compiling the kernel again (seconds each time)
-_KERNELS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: the packed data of each likelihood (:func:`pymc_wendy._compiled.kernel_inputs`) per Op
+#: flags: every compilation of a graph holding the Op (``pw.sample``'s posterior mode, then
+#: nutpie's, then predictive draws) reuses it instead of packing it again
+_DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _kernel(lik: WeakLikelihood, infer_sigma: bool, want_grad: bool, relax_scale: float):
-    kernels = _KERNELS.setdefault(lik, {})
-    key = (infer_sigma, want_grad, relax_scale)
-    if key not in kernels:
-        kernels[key] = _compiled.make_kernel(
-            lik, infer_sigma=infer_sigma, want_grad=want_grad, relax_scale=relax_scale
+def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float):
+    per_lik = _DATA.setdefault(lik, {})
+    key = (infer_sigma, relax_scale)
+    if key not in per_lik:
+        per_lik[key] = _compiled.kernel_inputs(
+            lik, infer_sigma=infer_sigma, relax_scale=relax_scale
         )
-    return kernels[key]
+    return per_lik[key]
 
 
 @register_funcify_and_cache_key(WeakLogLikelihoodOp)
 def _numba_funcify(op, node=None, **kwargs):
+    # The kernel is compiled once per model structure and called through its address; the
+    # function returned here only binds this likelihood's data (a constant in the caller),
+    # so compiling it takes milliseconds. It is not cached by pytensor (no key): the data is
+    # part of its code.
+    lik = op.likelihood
     relaxed = op.relax_scale is not None
-    kernel = _kernel(
-        op.likelihood, op.infer_sigma, op.compute_grad, op.relax_scale if relaxed else 1.0
-    )
-    fixed_s2 = np.asarray(op.likelihood.sigma, dtype=float) ** 2
+    kind, buf = _kernel_data(lik, op.infer_sigma, op.relax_scale if relaxed else 1.0)
+    kernel = _compiled.kernel_for(lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad)
+    J = lik.model.n_params
+    D = lik.model.n_states if op.infer_sigma else 0
+    n_buf = buf.size
     from pytensor.link.numba.dispatch.basic import numba_njit
+
+    @numba_njit
+    def call(p, sigma2, alpha):
+        p = np.ascontiguousarray(p)
+        s2 = np.ascontiguousarray(sigma2)
+        out = np.empty(1 + J + D)
+        kernel(p.ctypes, J, s2.ctypes, D, alpha, buf.ctypes, n_buf, out.ctypes)
+        return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]
 
     if op.infer_sigma and relaxed:
 
@@ -252,8 +266,7 @@ def _numba_funcify(op, node=None, **kwargs):
             a = alpha[()]
             if not 0.0 <= a <= 1.0:
                 return np.array(-np.inf), np.zeros_like(p), np.zeros_like(sigma2)
-            nll, gp, gs = kernel(p, sigma2, a)
-            return np.array(-nll), -gp, -gs
+            return call(p, sigma2, a)
 
         return weak_loglik_sigma_relaxed, None
 
@@ -261,8 +274,7 @@ def _numba_funcify(op, node=None, **kwargs):
 
         @numba_njit
         def weak_loglik_sigma(p, sigma2):
-            nll, gp, gs = kernel(p, sigma2, 0.0)
-            return np.array(-nll), -gp, -gs
+            return call(p, sigma2, 0.0)
 
         return weak_loglik_sigma, None
 
@@ -273,15 +285,15 @@ def _numba_funcify(op, node=None, **kwargs):
             a = alpha[()]
             if not 0.0 <= a <= 1.0:
                 return np.array(-np.inf), np.zeros_like(p)
-            nll, gp, _ = kernel(p, fixed_s2, a)
-            return np.array(-nll), -gp
+            value, gp, _ = call(p, np.zeros(0), a)
+            return value, gp
 
         return weak_loglik_fixed_relaxed, None
 
     @numba_njit
     def weak_loglik_fixed(p):
-        nll, gp, _ = kernel(p, fixed_s2, 0.0)
-        return np.array(-nll), -gp
+        value, gp, _ = call(p, np.zeros(0), 0.0)
+        return value, gp
 
     return weak_loglik_fixed, None
 

@@ -3,14 +3,24 @@ r"""The weak log-likelihood and its gradient compiled with numba (no Python in t
 These are the kernels the pytensor Op runs under the numba backend (nutpie, PyMC's NUTS, SMC,
 ``find_MAP``). They implement the same formulas as :mod:`pymc_wendy.kernels` (see its module
 doc) and :mod:`pymc_wendy._linear`, which stay the readable numpy reference they are tested
-against. Two paths:
+against. Three paths:
 
 * ``general``: builds ``L(p)``, ``S = L Sigma' L^T`` by a symmetric rank-k update (half the
   flops of a matrix product), one Cholesky factorisation, and for the gradient one Cholesky
   solve against ``L``.
+* ``operator``: the general path for models with derivative terms and known inputs
+  (:mod:`pymc_wendy.higher_order`).
 * ``linear``: linear-in-parameter models, ``S`` as a precomputed quadratic polynomial in ``p``
   (optionally resolved per noise state so ``sigma`` can be a random variable), one Cholesky
   factorisation, and for the gradient the Cholesky inverse.
+
+Compilation is per model structure, not per data set: :func:`kernel_for` compiles one C-callable
+kernel for a model, its path and flags, and :func:`kernel_inputs` packs everything that depends
+on the data set (observations, test functions, noise level, precomputed matrices) into one
+float64 buffer the kernel reads at run time. The Op's numba functions call the kernel through
+its address, so compiling them for a new data set does not compile (or re-optimise) the
+kernel: ``pw.sample`` on the next data set of a coverage study compiles in a fraction of the
+time (``docs/performance.md``).
 
 A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log-density
 ``-inf``) and a zero gradient instead of raising, so a sampler rejects the point and goes on.

@@ -63,6 +63,34 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
         assert value_only(p, s2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("name", "linear"),
+    [("lotka_volterra", "auto"), ("goodwin_2d", "auto"), ("head_acceleration", "general")],
+)
+def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linear):
+    # the kernel is compiled per model structure and reads each data set's packed buffer:
+    # two data sets of different sizes (different test functions) through one kernel must
+    # each give their own numpy reference values, in compiled pytensor functions
+    prob = get_problem(name)
+    x = pt.dvector("p")
+    kernels, values = [], []
+    for n, seed in [(101, 1), (151, 2)]:
+        data = prob.simulate(n_points=n, noise_ratio=0.05, seed=seed)
+        lik = WeakLikelihood(prob.model, data.t, data.U, linear=linear, inputs=data.inputs)
+        kind, _ = _compiled.kernel_inputs(lik, infer_sigma=False)
+        kernels.append(_compiled.kernel_for(lik, kind, infer_sigma=False, want_grad=True))
+        out = weak_loglik(lik, x)
+        fn = pytensor.function([x], [out, pytensor.grad(out, x)], mode="NUMBA")
+        p = data.p_true * 1.02
+        value, grad = fn(p)
+        ref, ref_gp = lik.nll_grad(p)
+        assert -value == pytest.approx(ref, rel=1e-10)
+        np.testing.assert_allclose(-grad, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
+        values.append(float(value))
+    assert kernels[0] is kernels[1]
+    assert values[0] != pytest.approx(values[1], rel=1e-3)
+
+
 def _verify_grad(lik, p, mode):
     rng = np.random.default_rng(5)
     # relative coordinates keep finite differences well scaled for parameters of any size

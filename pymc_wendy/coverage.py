@@ -558,7 +558,9 @@ def run_coverage(
     executor : concurrent.futures.Executor, optional
         Where runs execute, e.g. ``distributed.Client(...).get_executor()`` for Dask. Default:
         a local process pool with ``max_workers`` processes (``os.cpu_count()``), one BLAS
-        thread each; ``max_workers=1`` runs everything in this process.
+        thread each, each replaced after 100 runs (numba does not free compiled code, so a
+        worker compiling a model per Bayesian run would otherwise keep growing);
+        ``max_workers=1`` runs everything in this process.
     progress : bool
         Show a progress bar.
     fit_options : dict, optional
@@ -664,6 +666,7 @@ def run_coverage(
                 max_workers=min(workers, len(pending)),
                 mp_context=multiprocessing.get_context("spawn"),
                 initializer=_worker_init,
+                max_tasks_per_child=_TASKS_PER_WORKER,
             )
     try:
         _execute(executor, pending, records, st, progress, len(tasks), prob.name)
@@ -675,6 +678,12 @@ def run_coverage(
     if st is not None:
         ds.to_netcdf(st.path / "results.nc", engine="h5netcdf")
     return ds
+
+
+#: runs per worker process before it is replaced: numba never frees compiled code, and a
+#: Bayesian run compiles its model's graph (about 20 MB each for NUTS on the head-acceleration
+#: model), so long-lived workers of a large study would grow by gigabytes
+_TASKS_PER_WORKER = 100
 
 
 def _execute(executor, pending, records, st, progress, total, name) -> None:

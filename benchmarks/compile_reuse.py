@@ -35,21 +35,28 @@ import pymc_wendy as pw  # noqa: E402
 from pymc_wendy import _compiled  # noqa: E402
 from pymc_wendy.coverage import default_priors  # noqa: E402
 
-#: (problem, points, noise ratio): one case per compiled path
+#: case: (problem, points, noise ratio, WeakODELikelihood's ``linear``); one per compiled path
 CASES = {
-    "head_acceleration": (51, 0.05),  # linear-in-parameters path, second order with an input
-    "lotka_volterra": (129, 0.05),  # linear-in-parameters path
-    "goodwin_2d": (129, 0.05),  # general path
+    "head_acceleration": ("head_acceleration", 51, 0.05, "auto"),  # linear path, order 2, input
+    "head_operator": ("head_acceleration", 51, 0.05, "general"),  # operator path
+    "lotka_volterra": ("lotka_volterra", 129, 0.05, "auto"),  # linear path
+    "lotka_volterra_general": ("lotka_volterra", 129, 0.05, "general"),  # general path
 }
 
 
-def _one(prob: pw.Problem, n: int, noise: float, seed: int) -> float:
+def _one(prob: pw.Problem, n: int, noise: float, linear: str, seed: int) -> float:
     data = prob.simulate(n_points=n, noise_ratio=noise, seed=seed)
     start = time.perf_counter()
     with pm.Model(coords={"param": list(prob.params)}) as model:
         p = default_priors(prob)("p")
         pw.WeakODELikelihood(
-            "U", ode=prob.model, params=p, t=data.t, observed=data.U, inputs=data.inputs
+            "U",
+            ode=prob.model,
+            params=p,
+            t=data.t,
+            observed=data.U,
+            inputs=data.inputs,
+            linear=linear,
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -66,26 +73,26 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     args = ap.parse_args()
     print(
-        f"{'case':20s} {'variant':10s} {'first s':>8s} {'later s (median)':>17s}  "
+        f"{'case':24s} {'variant':10s} {'first s':>8s} {'later s (median)':>17s}  "
         "later: reference / reuse"
     )
     for name in args.cases.split(","):
-        prob = pw.get_problem(name)
-        n, noise = CASES[name]
+        problem, n, noise, linear = CASES[name]
+        prob = pw.get_problem(problem)
         rows = {}
         for variant in ("reuse", "reference"):
             times = []
             for seed in range(args.datasets):
                 if variant == "reference":
                     _compiled._KERNELS.clear()
-                times.append(_one(prob, n, noise, 100 * (variant == "reference") + seed))
+                times.append(_one(prob, n, noise, linear, 100 * (variant == "reference") + seed))
             rows[variant] = times
             print(
-                f"{name:20s} {variant:10s} {times[0]:8.2f} {np.median(times[1:]):17.2f}",
+                f"{name:24s} {variant:10s} {times[0]:8.2f} {np.median(times[1:]):17.2f}",
                 flush=True,
             )
         ratio = np.median(rows["reference"][1:]) / np.median(rows["reuse"][1:])
-        print(f"{name:20s} {'':10s} {'':8s} {'':17s}  {ratio:.2f}x", flush=True)
+        print(f"{name:24s} {'':10s} {'':8s} {'':17s}  {ratio:.2f}x", flush=True)
 
 
 if __name__ == "__main__":

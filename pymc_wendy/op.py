@@ -253,6 +253,8 @@ def _numba_funcify(op, node=None, **kwargs):
 
     @numba_njit
     def call(p, sigma2, alpha):
+        if p.size != J or sigma2.size != D:  # the kernel reads exactly these lengths
+            raise ValueError("weak log-likelihood: wrong length of p or sigma2")
         p = np.ascontiguousarray(p)
         s2 = np.ascontiguousarray(sigma2)
         out = np.empty(1 + J + D)

@@ -189,3 +189,17 @@ def test_op_rejects_wrong_input_shapes():
         WeakLogLikelihoodOp(lik, infer_sigma=True)(pt.dvector())
     with pytest.raises(ValueError, match="length 2"):
         weak_loglik(lik, pt.dvector(), pt.tensor(shape=(3,)))
+
+
+def test_compiled_op_rejects_wrong_lengths_at_run_time():
+    # shapes unknown when the graph is built are checked before the kernel reads memory
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    x, s2 = pt.dvector("p"), pt.dvector("sigma2")
+    f = pytensor.function([x, s2], WeakLogLikelihoodOp(lik, infer_sigma=True)(x, s2)[0])
+    assert np.isfinite(f(data.p_true, lik.sigma**2))
+    with pytest.raises(ValueError, match="wrong length"):
+        f(data.p_true[:3], lik.sigma**2)
+    with pytest.raises(ValueError, match="wrong length"):
+        f(data.p_true, np.ones(3))

@@ -656,23 +656,32 @@ def run_coverage(
         if st is None:
             raise ValueError("execute=False reads a store: pass store=")
         pending = []
-    own_pool = None
-    if executor is None:
-        workers = max_workers or os.cpu_count() or 1
-        if workers == 1 or len(pending) <= 1:
-            executor = own_pool = _Serial()
-        else:
-            own_pool = executor = cf.ProcessPoolExecutor(
-                max_workers=min(workers, len(pending)),
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=_worker_init,
-                max_tasks_per_child=_TASKS_PER_WORKER,
-            )
+    bar = _progress(progress and bool(pending), len(tasks), len(tasks) - len(pending), prob.name)
     try:
-        _execute(executor, pending, records, st, progress, len(tasks), prob.name)
+        if executor is not None:
+            _execute(executor, pending, records, st, bar)
+        elif (max_workers or os.cpu_count() or 1) == 1 or len(pending) <= 1:
+            _execute(_Serial(), pending, records, st, bar)
+        else:
+            workers = min(max_workers or os.cpu_count() or 1, len(pending))
+            # fresh processes every _TASKS_PER_WORKER runs each (see there); pools rather
+            # than ProcessPoolExecutor(max_tasks_per_child=): that hung on Python 3.13.0
+            # once the first workers retired
+            chunk = workers * _TASKS_PER_WORKER
+            for start in range(0, len(pending), chunk):
+                pool = cf.ProcessPoolExecutor(
+                    max_workers=workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_worker_init,
+                )
+                try:
+                    _execute(pool, pending[start : start + chunk], records, st, bar)
+                except BaseException:
+                    pool.shutdown(wait=False, cancel_futures=True)
+                    raise
+                pool.shutdown(wait=True)
     finally:
-        if own_pool is not None:
-            own_pool.shutdown(wait=False, cancel_futures=True)
+        bar.close()
 
     ds = _to_dataset(prob.params, labels, records, noise_ratios, n_points, int(n_datasets), config)
     if st is not None:
@@ -680,16 +689,14 @@ def run_coverage(
     return ds
 
 
-#: runs per worker process before it is replaced: numba never frees compiled code, and a
-#: Bayesian run compiles its model's graph (about 20 MB each for NUTS on the head-acceleration
-#: model), so long-lived workers of a large study would grow by gigabytes
+#: runs per worker process before the local pool is replaced by a fresh one: numba never
+#: frees compiled code, and a Bayesian run compiles its model's graph (about 20 MB each for
+#: NUTS on the head-acceleration model), so long-lived workers of a large study would grow by
+#: gigabytes
 _TASKS_PER_WORKER = 100
 
 
-def _execute(executor, pending, records, st, progress, total, name) -> None:
-    if not pending:
-        return
-    bar = _progress(progress, total, total - len(pending), name)
+def _execute(executor, pending, records, st, bar) -> None:
     futures = {}
     try:
         if isinstance(executor, _Serial):  # submit lazily so progress shows while running
@@ -703,8 +710,6 @@ def _execute(executor, pending, records, st, progress, total, name) -> None:
         for fut in futures:
             fut.cancel()
         raise
-    finally:
-        bar.close()
 
 
 def _collect(fut: cf.Future, records: dict, st: _Store | None, bar) -> None:

@@ -192,17 +192,15 @@ def test_dask_executor_gives_the_same_runs(serial_study):
     )
 
 
-def test_default_process_pool():
-    ds = cov.run_coverage(
-        "logistic",
-        methods=["wls"],
-        noise_ratios=[0.1],
-        n_points=[65],
-        n_datasets=2,
-        max_workers=2,
-        progress=True,
-    )
-    assert ds.attrs["n_done"] == 2 and bool(ds["success"].all())
+def test_default_process_pool(monkeypatch):
+    # one run per worker before the pool is replaced: 5 runs go through 3 pools, and give
+    # the same results as in this process
+    monkeypatch.setattr(cov, "_TASKS_PER_WORKER", 1)
+    kwargs = {"methods": ["wls"], "noise_ratios": [0.1], "n_points": [65], "n_datasets": 5}
+    ds = cov.run_coverage("logistic", max_workers=2, progress=True, **kwargs)
+    assert ds.attrs["n_done"] == 5 and bool(ds["success"].all())
+    serial = cov.run_coverage("logistic", max_workers=1, progress=False, **kwargs)
+    np.testing.assert_allclose(ds["estimate"], serial["estimate"], rtol=1e-10)
 
 
 def test_bayesian_methods():

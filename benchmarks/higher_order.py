@@ -235,11 +235,14 @@ def main() -> None:
     run_args = (n, n_bayes, ns, SIGMAS, args.workers, store, sample, not args.report)
     prob, results = run(methods, *run_args)
     table = summarise(prob, results, ns, SIGMAS)
+    summary = store / "summary.json"
+    if summary.exists():  # keep methods whose runs this checkout does not hold (or did not run)
+        table = {**json.loads(summary.read_text()), **table}
     report(prob, table, ns, SIGMAS)
     if args.markdown:
         print("\n" + markdown(prob, table, ns, SIGMAS))
-    (store / "summary.json").write_text(json.dumps(table, indent=1))
-    print(f"\nwritten: {store / 'summary.json'}")
+    summary.write_text(json.dumps(table, indent=1))
+    print(f"\nwritten: {summary}")
 
 
 if __name__ == "__main__":

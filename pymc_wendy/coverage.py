@@ -657,13 +657,13 @@ def run_coverage(
             raise ValueError("execute=False reads a store: pass store=")
         pending = []
     bar = _progress(progress and bool(pending), len(tasks), len(tasks) - len(pending), prob.name)
+    workers = min(max_workers or os.cpu_count() or 1, len(pending))
     try:
         if executor is not None:
             _execute(executor, pending, records, st, bar)
-        elif (max_workers or os.cpu_count() or 1) == 1 or len(pending) <= 1:
+        elif workers <= 1:
             _execute(_Serial(), pending, records, st, bar)
         else:
-            workers = min(max_workers or os.cpu_count() or 1, len(pending))
             # fresh processes every _TASKS_PER_WORKER runs each (see there); pools rather
             # than ProcessPoolExecutor(max_tasks_per_child=): that hung on Python 3.13.0
             # once the first workers retired

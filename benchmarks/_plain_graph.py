@@ -12,7 +12,7 @@ graph compiles for ~20 s and is never cached on disk. ``data="shared"`` keeps th
 level and sizes symbolic: the compiled graph is cached on disk and reused for any data set of
 the same model. Run times per evaluation were the same within timing noise (FHN, 513 points).
 
-Notation and flattening as in :mod:`pymc_wendy.kernels` (state-major residual ``d*K + k``,
+Notation and flattening as in :mod:`pymc_wendy.weak.kernels` (state-major residual ``d*K + k``,
 noise columns ``e*(M+1) + m``)::
 
     F[m, d]            = f_d(p, X[m], t[m])

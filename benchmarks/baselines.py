@@ -26,7 +26,7 @@ import time
 
 import numpy as np
 
-from pymc_wendy.coverage import run_coverage, summarize
+from pymc_wendy.studies.coverage import run_coverage, summarize
 
 # (problem, points, noise ratio): mid-range settings of the papers
 CASES = [

@@ -27,7 +27,7 @@ import numpy as np
 from scipy import stats
 
 import pymc_wendy as pw
-from pymc_wendy.coverage import summarize
+from pymc_wendy.studies.coverage import summarize
 
 ROOT = Path(__file__).resolve().parent / "results" / "bias_correction"
 SETTINGS = {  # problem: (noise ratios, numbers of points)

@@ -42,10 +42,10 @@ import scipy.optimize as so
 import sympy as sp
 
 import pymc_wendy as pw
-from pymc_wendy import kernels
-from pymc_wendy.coverage import _data_seed
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.studies.coverage import _data_seed
+from pymc_wendy.weak import kernels
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 SEED, N_POINTS = 2026, 513  # the validation study's
 

@@ -1,6 +1,6 @@
 """Compilation per data set: ``pw.sample`` on several data sets of one model, in one process.
 
-The compiled likelihood is built once per model structure (``pymc_wendy._compiled``: a
+The compiled likelihood is built once per model structure (``pymc_wendy.backends.numba_kernels``: a
 C-callable kernel reading the data from a runtime buffer) and the Op's numba functions call
 it through its address. This script measures what that buys where it matters, a study that
 samples many data sets of one model (coverage, ``benchmarks/higher_order.py``):
@@ -32,8 +32,8 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 import pymc_wendy as pw  # noqa: E402
-from pymc_wendy import _compiled  # noqa: E402
-from pymc_wendy.coverage import default_priors  # noqa: E402
+from pymc_wendy.backends import numba_kernels  # noqa: E402
+from pymc_wendy.studies.coverage import default_priors  # noqa: E402
 
 #: case: (problem, points, noise ratio, WeakODELikelihood's ``linear``); one per compiled path
 CASES = {
@@ -84,7 +84,7 @@ def main() -> None:
             times = []
             for seed in range(args.datasets):
                 if variant == "reference":
-                    _compiled._KERNELS.clear()
+                    numba_kernels._KERNELS.clear()
                 times.append(_one(prob, n, noise, linear, 100 * (variant == "reference") + seed))
             rows[variant] = times
             print(

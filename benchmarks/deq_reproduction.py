@@ -37,7 +37,7 @@ from scipy import stats
 
 import pymc_wendy as pw
 from pymc_wendy.estimators import deq
-from pymc_wendy.problems import solve
+from pymc_wendy.model.simulate import solve
 
 OUT = Path(__file__).parent / "results"
 

@@ -13,7 +13,7 @@ sensitivities) and the paper's Data2LD row; coverage of the 95 % intervals besid
 paper's Data2LD row; the median time per data set.
 
 Every run is kept in ``benchmarks/results/higher_order/<group>/runs.jsonl`` as it finishes
-(:func:`pymc_wendy.coverage.run_coverage`), so an interrupted study resumes where it stopped
+(:func:`pymc_wendy.studies.coverage.run_coverage`), so an interrupted study resumes where it stopped
 and can be extended with more data sets.
 
 Usage::
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 import pymc_wendy as pw
-from pymc_wendy.coverage import run_coverage
+from pymc_wendy.studies.coverage import run_coverage
 
 OUT = Path(__file__).parent / "results"
 SIGMAS = (0.01, 0.05, 0.10)

@@ -5,8 +5,8 @@ KD x KD matrix plus one (KD x D(M+1)) by (D(M+1) x KD) matrix product: the least
 of S(p) = L Sigma L^T followed by a factorisation can cost.
 
 Rows ``numpy`` time :class:`WeakLikelihood` (the reference implementation); rows ``numba`` time
-the compiled kernels the pytensor Op runs (``pymc_wendy._compiled``), with the noise fixed or
-inferred (the Op's second input).
+the compiled kernels the pytensor Op runs (``pymc_wendy.backends.numba_kernels``), with the
+noise fixed or inferred (the Op's second input).
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/likelihood_speed.py  [--repeats N]
 """
@@ -19,9 +19,9 @@ import time
 import numpy as np
 import scipy.linalg as sla
 
-from pymc_wendy import _compiled
-from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.backends import numba_kernels
 from pymc_wendy.problems import get_problem
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 CASES = [
     ("fitzhugh_nagumo", 513, 0.10),
@@ -103,8 +103,8 @@ def main(argv=None) -> None:
             if path == "fast":
                 print(f"{'':<16} (fast path one-off set-up {1e3 * t_setup:.0f} ms)")
             for infer in (False, True):
-                kv = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=False)
-                kvg = _compiled.make_kernel(lik, infer_sigma=infer, want_grad=True)
+                kv = numba_kernels.make_kernel(lik, infer_sigma=infer, want_grad=False)
+                kvg = numba_kernels.make_kernel(lik, infer_sigma=infer, want_grad=True)
                 s2 = lik.sigma**2
                 t_v = _best(lambda k=kv, p=p, s2=s2: k(p, s2, 0.0), args.repeats)
                 t_vg = _best(lambda k=kvg, p=p, s2=s2: k(p, s2, 0.0), args.repeats)

@@ -52,9 +52,9 @@ import pymc as pm  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 import pymc_wendy  # noqa: E402
-from pymc_wendy.distribution import WeakODELikelihood  # noqa: E402
+from pymc_wendy.bayes.distribution import WeakODELikelihood  # noqa: E402
+from pymc_wendy.bayes.sampling import initial_values, sample  # noqa: E402
 from pymc_wendy.estimators import wendy_mle  # noqa: E402
-from pymc_wendy.sampling import initial_values, sample  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plain_graph import plain_weak_nll  # noqa: E402

@@ -18,7 +18,7 @@ import arviz as az
 import pymc as pm
 
 import pymc_wendy as pw
-from pymc_wendy.sampling import _usable_cpus
+from pymc_wendy.bayes.sampling import _usable_cpus
 
 
 def _cpu_seconds() -> float:

@@ -24,7 +24,7 @@ import os
 from pathlib import Path
 
 import pymc_wendy as pw
-from pymc_wendy.coverage import summarize
+from pymc_wendy.studies.coverage import summarize
 
 ROOT = Path(__file__).resolve().parent / "results" / "validation"
 PROBLEMS = ["logistic", "lotka_volterra", "fitzhugh_nagumo"]

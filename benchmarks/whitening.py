@@ -1,7 +1,7 @@
 """Whitened against plain NUTS in ``pw.sample``: tuning cost, ESS/s and R-hat, in one run.
 
 ``pw.sample(whiten=True)`` samples the model in coordinates whitened by the Laplace
-approximation at the posterior mode (``pymc_wendy.whitening``) and tunes for fewer iterations;
+approximation at the posterior mode (``pymc_wendy.bayes.whitening``) and tunes for fewer iterations;
 ``whiten=False`` is the plain run (nutpie, low-rank mass matrix adaptation, from the
 WENDy-MLE). Each case is sampled with the same data, priors, chains and seed:
 
@@ -104,7 +104,7 @@ def main(argv=None) -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--chains", type=int, default=4)
-    ap.add_argument("--short-tune", type=int, default=pw.sampling.WHITENED_TUNE)
+    ap.add_argument("--short-tune", type=int, default=pw.bayes.sampling.WHITENED_TUNE)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)

@@ -1,38 +1,70 @@
 """pymc-wendy: weak-form ODE parameter inference (WENDy) for PyMC.
 
-The data flow is one way: an :class:`ODEModel` and data -> test functions
-(:func:`build_test_functions`) -> likelihood kernels -> :class:`WeakLikelihood`
-(value, gradient, Hessian, estimator covariances) -> the pytensor Op
-(:class:`WeakLogLikelihoodOp`) -> the PyMC distribution (:class:`WeakODELikelihood`) ->
-estimators (:func:`fit`) and samplers.
+The data flow is one way, and so are the packages:
+
+* :mod:`pymc_wendy.model`: an :class:`ODEModel` (symbolic right-hand side, inputs, generated
+  code) and forward solves (:func:`simulate`, :func:`solve`);
+* :mod:`pymc_wendy.weak`: test functions (:func:`build_test_functions`), noise estimates,
+  the residual/covariance kernels and the likelihood objects (:class:`WeakLikelihood`,
+  :class:`JointLikelihood`, the bias-corrected objective);
+* :mod:`pymc_wendy.backends`: the pytensor Op (:class:`WeakLogLikelihoodOp`) and its numba
+  and JAX kernels;
+* :mod:`pymc_wendy.estimators`: :func:`fit` and the estimators, with their results;
+* :mod:`pymc_wendy.bayes`: the PyMC distribution (:class:`WeakODELikelihood`), sampling,
+  tempering;
+* :mod:`pymc_wendy.problems` and :mod:`pymc_wendy.studies`: the benchmark systems, coverage
+  studies and plots.
+
+``docs/architecture.md`` describes the layers and where new code goes.
 """
 
-from pymc_wendy import bias, coverage
-from pymc_wendy.comparison import experiment_log_likelihood
-from pymc_wendy.coverage import open_coverage, run_coverage
-from pymc_wendy.distribution import WeakODELikelihood
-from pymc_wendy.estimators import estimate_initial_state, fit, weak_least_squares, wendy_mle
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.noise import estimate_noise
-from pymc_wendy.ode import ODEDefinitionError, ODEModel
-from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
-from pymc_wendy.plots import plot_intervals, plot_predictive, plot_study
-from pymc_wendy.problems import (
-    PROBLEMS,
-    Problem,
+from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.bayes import (
+    SFTWarning,
+    WeakODELikelihood,
+    experiment_log_likelihood,
+    initial_values,
+    laplace,
+    sample,
+    sample_sft,
+)
+from pymc_wendy.estimators import (
+    BiasCorrection,
+    FitResult,
+    FitWarning,
+    estimate_initial_state,
+    fit,
+    weak_least_squares,
+    wendy_mle,
+)
+from pymc_wendy.model import (
+    ODEDefinitionError,
+    ODEModel,
     SimulatedData,
     SimulationError,
-    get_problem,
-    list_problems,
     simulate,
     solve,
 )
-from pymc_wendy.results import BiasCorrection, FitResult, FitWarning
-from pymc_wendy.sampling import initial_values, laplace, sample
-from pymc_wendy.tempering import SFTWarning, sample_sft
-from pymc_wendy.test_functions import TestFunctions, build_test_functions
+from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems
+from pymc_wendy.studies import (
+    coverage,
+    open_coverage,
+    plot_intervals,
+    plot_predictive,
+    plot_study,
+    run_coverage,
+)
+from pymc_wendy.weak import (
+    CovarianceError,
+    JointLikelihood,
+    NonFiniteError,
+    TestFunctions,
+    WeakLikelihood,
+    WeakLikelihoodError,
+    bias,
+    build_test_functions,
+    estimate_noise,
+)
 
 __version__ = "0.1.0.dev0"
 
@@ -60,6 +92,7 @@ __all__ = [
     "coverage",
     "estimate_initial_state",
     "estimate_noise",
+    "estimators",
     "experiment_log_likelihood",
     "fit",
     "get_problem",
@@ -79,3 +112,9 @@ __all__ = [
     "weak_loglik",
     "wendy_mle",
 ]
+
+
+def __dir__() -> list[str]:
+    # Subpackages are importable (pymc_wendy.weak.kernels, ...) but are not the public API:
+    # dir() lists exactly what __all__ promises (as scipy does).
+    return sorted(__all__)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+#: the noise models every entry point accepts
+NOISE_MODELS = ("normal", "lognormal")
 
 
 def check_times(t: Any) -> np.ndarray:
@@ -65,3 +69,25 @@ def check_positive_data(t: np.ndarray, U: np.ndarray, states) -> None:
             f"non-positive entries (first at row {m}, t = {t[m]:g}, state "
             f"{states[d]!r}); drop those rows or use noise='normal'"
         )
+
+
+def check_vector(x, n: int, what: str, names: Sequence[str]) -> np.ndarray:
+    """``x`` as ``n`` finite floats, or an error naming ``what`` and the expected ``names``."""
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{what} must be numbers; got {x!r}") from exc
+    arr = np.atleast_1d(arr)
+    if arr.shape != (n,):
+        raise ValueError(f"{what} must have length {n} ({list(names)}); got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must be finite; got {arr}")
+    return arr
+
+
+def check_noise_name(noise: str) -> str:
+    """A noise model's name normalised (``"log-normal"`` -> ``"lognormal"``), or a clear error."""
+    key = str(noise).lower().replace("-", "").replace("_", "")
+    if key not in NOISE_MODELS:
+        raise ValueError(f"noise must be one of {list(NOISE_MODELS)}; got {noise!r}")
+    return key

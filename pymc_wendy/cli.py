@@ -1,5 +1,5 @@
 """Command-line entry point: ``pymc-wendy demo`` fits an embedded default problem with PyMC;
-``pymc-wendy coverage`` runs a coverage study (:mod:`pymc_wendy.coverage`)."""
+``pymc-wendy coverage`` runs a coverage study (:mod:`pymc_wendy.studies.coverage`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import warnings
 
 import numpy as np
 
-from pymc_wendy.problems import get_problem, list_problems
+from pymc_wendy.problems.catalogue import get_problem, list_problems
 
 
 def demo(
@@ -34,8 +34,8 @@ def demo(
     import arviz as az
     import pymc as pm
 
-    from pymc_wendy.distribution import WeakODELikelihood
-    from pymc_wendy.sampling import initial_values, sample
+    from pymc_wendy.bayes.distribution import WeakODELikelihood
+    from pymc_wendy.bayes.sampling import initial_values, sample
 
     prob = get_problem(problem)
     data = prob.simulate(n_points=n_points, noise_ratio=noise_ratio, seed=seed)
@@ -103,7 +103,7 @@ def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:
     matplotlib.use("Agg")
     import pymc as pm
 
-    from pymc_wendy.plots import plot_predictive
+    from pymc_wendy.studies.plots import plot_predictive
 
     post = idata.posterior.to_dataset()
     step = max(1, post.sizes["chain"] * post.sizes["draw"] // n_draws)
@@ -137,7 +137,7 @@ class _pandas_width:
 
 
 def _run_study(args):
-    from pymc_wendy.coverage import run_coverage
+    from pymc_wendy.studies.coverage import run_coverage
 
     def floats(text):
         return [float(x) for x in text.split(",") if x.strip()]
@@ -161,7 +161,7 @@ def _run_study(args):
 
 
 def _coverage(args) -> int:
-    from pymc_wendy.coverage import open_coverage, summarize, to_table
+    from pymc_wendy.studies.coverage import open_coverage, summarize, to_table
 
     if args.report:
         ds = open_coverage(args.store)

@@ -9,11 +9,12 @@ import pytensor
 import pytest
 
 import pymc_wendy as pw
-from pymc_wendy import _compiled, bias, kernels
-from pymc_wendy.coverage import _parse_methods
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.op import weak_loglik
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends.op import weak_loglik
 from pymc_wendy.problems import get_problem
+from pymc_wendy.studies.coverage import _parse_methods
+from pymc_wendy.weak import bias, kernels
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 
 def _rel(a, b):
@@ -100,12 +101,12 @@ def test_compiled_and_op_match_the_numpy_corrected_objective(corrected, linear):
             lik.model, lik.t, lik.U, test_functions=lik.test_functions, linear="general"
         )
         clik = bias.corrected_likelihood(lik, "analytic", clik._correction["reference"])
-    kernel = _compiled.make_kernel(clik, infer_sigma=False, want_grad=True)
+    kernel = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=True)
     nll, gp, _ = kernel(p, clik.sigma**2, 0.0)
     ref, ref_gp = clik.nll_grad(p)
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
-    value_only = _compiled.make_kernel(clik, infer_sigma=False, want_grad=False)
+    value_only = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=False)
     assert value_only(p, clik.sigma**2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
     # the Op under the numba linker and its gradient
     x = pytensor.tensor.dvector("x")
@@ -122,7 +123,7 @@ def test_compiled_and_op_match_the_numpy_corrected_objective(corrected, linear):
 
 def test_jax_backend_matches_corrected_objective(corrected):
     pytest.importorskip("jax", reason="the JAX backend needs the optional jax extra")
-    from pymc_wendy._jax import jax_nll
+    from pymc_wendy.backends.jax_kernels import jax_nll
 
     _, clik, p = corrected
     assert float(jax_nll(clik)(p, clik.sigma**2)) == pytest.approx(clik.nll(p), rel=1e-9)
@@ -159,8 +160,12 @@ def test_correction_removes_the_bias_of_a_cubic_term():
 
 
 # Recorded with the code before the bias correction existed (commit 305f362) on the
-# development machine: the uncorrected path reproduced them bit for bit there; across BLAS
-# builds the comparison allows 1e-12.
+# development machine: the uncorrected path reproduced them bit for bit there. Across library
+# releases the floating-point summation order changes: with numpy 2.5.5, scipy 1.18.1 and
+# pytensor 3.3.8 the FitzHugh-Nagumo optimum moved by 2.7e-12 relative (its NLL by 3.4e-12) with
+# no change to the code. The comparison allows 1e-10: still 100 times below the Newton polish's
+# 1e-8 stopping step, so any change of the estimator itself shows (the bias correction moves p
+# by about 1e-2).
 _BEFORE = {
     # logistic re-recorded when every MLE path gained its closing Newton steps (issue 20):
     # the earlier record stopped 7.7e-10 short of the optimum (its Newton step); this one's
@@ -217,8 +222,8 @@ def test_no_correction_leaves_wendy_mle_unchanged(name):
     np.testing.assert_array_equal(a.stderr, b.stderr)
     assert a.nll == b.nll and a.bias_correction is None
     x_before = np.array([float.fromhex(v) for v in _BEFORE[name][0]])
-    np.testing.assert_allclose(a.x, x_before, rtol=1e-12, atol=0)
-    assert a.nll == pytest.approx(float.fromhex(_BEFORE[name][1]), rel=1e-12)
+    np.testing.assert_allclose(a.x, x_before, rtol=1e-10, atol=0)
+    assert a.nll == pytest.approx(float.fromhex(_BEFORE[name][1]), rel=1e-10)
 
 
 def test_corrected_fit_result_reports_what_was_corrected():
@@ -258,9 +263,9 @@ def test_posterior_mode_is_the_corrected_estimate():
         np.testing.assert_allclose(mode["p"], res.x, rtol=1e-5)
 
 
-@pytest.mark.filterwarnings("ignore::pymc_wendy.tempering.SFTWarning")  # 3 rungs, short run
+@pytest.mark.filterwarnings("ignore::pymc_wendy.bayes.tempering.SFTWarning")  # 3 rungs, short run
 def test_sample_sft_targets_the_corrected_objective():
-    from pymc_wendy.tempering import _TemperedModel
+    from pymc_wendy.bayes.tempering import _TemperedModel
 
     prob = get_problem("logistic")
     data = prob.simulate(n_points=257, noise_ratio=0.2, seed=2)

@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 import pymc_wendy as pw
-from pymc_wendy import coverage as cov
+from pymc_wendy.studies import coverage as cov
 
 SMALL = {
     "noise_ratios": [0.05, 0.1],

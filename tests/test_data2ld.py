@@ -11,8 +11,8 @@ from scipy.special import roots_legendre
 import pymc_wendy as pw
 from pymc_wendy.estimators import data2ld, registry
 from pymc_wendy.estimators._problem import prepare
-from pymc_wendy.inputs import Input
-from pymc_wendy.problems import solve
+from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.simulate import solve
 
 HEAD = pw.get_problem("head_acceleration")
 

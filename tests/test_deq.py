@@ -9,7 +9,7 @@ import pytest
 
 import pymc_wendy as pw
 from pymc_wendy.estimators import deq
-from pymc_wendy.problems import solve
+from pymc_wendy.model.simulate import solve
 
 # The paper's Lorenz setting (section 4.1): t = 0, 0.01, ..., 2, noise variances (0.5, 0.1, 0.1)
 P_LORENZ = np.array([10.0, 28.0, 8.0 / 3.0])

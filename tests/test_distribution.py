@@ -9,10 +9,10 @@ import pytensor.tensor as pt
 import pytest
 
 import pymc_wendy as pmw
-from pymc_wendy.distribution import WeakODELikelihood, estimate_initial_state
+from pymc_wendy.bayes.distribution import WeakODELikelihood, estimate_initial_state
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
-from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.problems import get_problem
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 
 def _data(name, n_points, noise_ratio, seed, noise="normal"):
@@ -268,7 +268,7 @@ def test_parameters_outside_the_domain_give_minus_infinity():
 
 def test_sample_runs_chains_on_every_usable_cpu(monkeypatch):
     # PyMC's own default counts physical cores only: one core for all chains on a 2-CPU VM
-    from pymc_wendy import sampling
+    from pymc_wendy.bayes import sampling
 
     prob, data = _data("logistic", 129, 0.05, 0)
     seen = []

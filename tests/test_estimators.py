@@ -10,8 +10,7 @@ import pytest
 import xarray as xr
 
 import pymc_wendy as pw
-from pymc_wendy import output_error
-from pymc_wendy.estimators import wendy_mle
+from pymc_wendy.estimators import output_error, wendy_mle
 
 
 @pytest.fixture(scope="module")
@@ -395,8 +394,8 @@ def test_mle_with_the_newton_model_reaches_the_exact_newton_optimum(monkeypatch,
     (the Hessian without the log-determinant's trace terms) and no exact Hessian at all end
     where the same optimiser with the exact Hessian ends (Goodwin 2D: on a bound, through
     the active-set Newton path)."""
-    from pymc_wendy import kernels
     from pymc_wendy.estimators import _newton as estimators
+    from pymc_wendy.weak import kernels
 
     prob = pw.get_problem(name)
     data = prob.simulate(n_points=257, noise_ratio=0.05, seed=0)

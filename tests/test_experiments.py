@@ -9,9 +9,9 @@ import pytest
 import scipy.linalg as sla
 
 import pymc_wendy as pw
-from pymc_wendy.coverage import _data_seed
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.test_functions import build_test_functions
+from pymc_wendy.studies.coverage import _data_seed
+from pymc_wendy.weak.joint import JointLikelihood
+from pymc_wendy.weak.test_functions import build_test_functions
 
 LV = pw.get_problem("lotka_volterra")
 FHN = pw.get_problem("fitzhugh_nagumo")
@@ -254,7 +254,7 @@ def test_output_error_over_several_experiments(lv_data, method):
 
 def test_joint_output_error_residual_jacobian_and_optimum(lv_data):
     # against residuals built here from plain forward solves, experiment by experiment
-    from pymc_wendy.output_error import output_error
+    from pymc_wendy.estimators.output_error import output_error
 
     ts, Us = lv_data
     sig = np.array([pw.estimate_noise(U) for U in Us])

@@ -8,10 +8,11 @@ import pytest
 from scipy import integrate
 
 import pymc_wendy as pw
-from pymc_wendy import _compiled, _operator, kernels
-from pymc_wendy.higher_order import OperatorLikelihood, moment_error
-from pymc_wendy.inputs import Input
-from pymc_wendy.ode import ODEDefinitionError
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.ode import ODEDefinitionError
+from pymc_wendy.weak import kernels, operator_kernels
+from pymc_wendy.weak.operator import OperatorLikelihood, moment_error
 
 HEAD = pw.get_problem("head_acceleration")
 
@@ -174,11 +175,11 @@ def test_first_order_operator_kernels_reduce_to_the_standard_ones():
     lik = pw.WeakLikelihood(prob.model, d.t, d.U)
     p = prob.p_true * 1.05
     D = prob.model.n_states
-    data = _operator.Data(
+    data = operator_kernels.Data(
         phi=lik.phi, ops=lik.dphi[None], OX=(lik.dphi @ lik.X)[None], Psi=np.zeros((lik.K, 0))
     )
     J = prob.model.n_params
-    terms = _operator.Terms(
+    terms = operator_kernels.Terms(
         C=np.eye(D)[None],
         beta=np.zeros((D, 0)),
         C_p=np.zeros((1, D, D, J)),
@@ -188,15 +189,15 @@ def test_first_order_operator_kernels_reduce_to_the_standard_ones():
     )
     F, Ju, Jp, Jup, Jpp, Jupp = lik._derivs(p, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
     s2 = lik.sigma**2
-    ev_o = _operator.evaluate(data, F, Ju, terms, s2, lik.ridge)
+    ev_o = operator_kernels.evaluate(data, F, Ju, terms, s2, lik.ridge)
     ev_k = kernels.evaluate(lik.phi, lik.dphi, lik.b, F, Ju, s2, lik.ridge)
     assert ev_o.nll == pytest.approx(ev_k.nll, rel=1e-12)
-    g_o, gs_o, BT = _operator.gradient_parts(ev_o, data, Jp, Jup, terms, lik.ridge)
+    g_o, gs_o, BT = operator_kernels.gradient_parts(ev_o, data, Jp, Jup, terms, lik.ridge)
     g_k, gs_k, B = kernels.gradient_parts(ev_k, lik.phi, Jp, Jup, lik.ridge)
     np.testing.assert_allclose(g_o, g_k, rtol=1e-9)
     np.testing.assert_allclose(gs_o, gs_k, rtol=1e-9)
     for exact in (True, False):
-        H_o = _operator.hessian(ev_o, data, Jp, Jup, Jpp, Jupp, terms, BT, exact=exact)
+        H_o = operator_kernels.hessian(ev_o, data, Jp, Jup, Jpp, Jupp, terms, BT, exact=exact)
         H_k = kernels.hessian(ev_k, lik.phi, Jp, Jup, Jpp, Jupp, B, exact=exact)
         np.testing.assert_allclose(H_o, H_k, rtol=1e-8, atol=1e-8 * np.abs(H_k).max())
 
@@ -242,7 +243,7 @@ def test_nonlinear_model_gradients_and_compiled_kernel():
     hs = 1e-10
     fd_s = (lik.nll(p, np.sqrt(s2 + hs)) - lik.nll(p, np.sqrt(s2 - hs))) / (2 * hs)
     assert gs[0] == pytest.approx(fd_s, rel=1e-5)
-    kernel = _compiled.make_kernel(lik, infer_sigma=True, want_grad=True)
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
     k_value, k_gp, k_gs = kernel(p, s2, 0.0)
     assert k_value == pytest.approx(value, rel=1e-12)
     np.testing.assert_allclose(k_gp, gp, rtol=1e-9)
@@ -280,7 +281,7 @@ def test_fixed_step_and_spline_estimators_refuse_higher_order_models():
 def test_output_error_sensitivities_of_the_companion_system():
     """The forward sensitivities of the companion state (with the pulse) against central
     differences of the residual, for the nonlinear model."""
-    from pymc_wendy.output_error import _polynomial_start, _Problem
+    from pymc_wendy.estimators.output_error import _polynomial_start, _Problem
 
     p, t, U, pulse = _nonlinear_data(n=41)
     X = U[:, None]
@@ -343,7 +344,7 @@ def test_recovery_head_acceleration_n101_sigma001():
 def test_initial_state_fit_recovers_the_companion_state():
     """The variational-equation Jacobian drives the initial-state fit to the truth on
     noise-free data (the nonlinear model, started away from rest)."""
-    from pymc_wendy.output_error import _fit_initial_state
+    from pymc_wendy.estimators.output_error import _fit_initial_state
 
     p, t, _, pulse = _nonlinear_data()
     X = pw.solve(NONLINEAR, p, [0.1, 0.0], t, inputs={"u": pulse})[:, :1]
@@ -355,7 +356,7 @@ def test_residual_noise_is_unbiased_where_the_filter_is_not():
     """At N = 51, 1 % noise the pulse's kink inflates the high-order filter's estimate (by
     about 30 %); the residual estimate has mean 1 with sd 1/sqrt(2 dof) = 0.105 per data set,
     so the mean of 24 ratios is within 4 x 0.105 / sqrt(24) = 0.086 of 1."""
-    from pymc_wendy.output_error import residual_noise
+    from pymc_wendy.estimators.output_error import residual_noise
 
     filt, resid = [], []
     for seed in range(24):
@@ -411,7 +412,7 @@ def test_weak_ode_likelihood_takes_the_residual_noise():
 def test_coverage_study_passes_inputs_to_every_method():
     """A tiny study of the head-acceleration model: the frequentist fit and replica-exchange
     tempering see each data set's pulse (else the fits fail: the model needs its input)."""
-    from pymc_wendy.coverage import run_coverage
+    from pymc_wendy.studies.coverage import run_coverage
 
     ds = run_coverage(
         "head_acceleration",

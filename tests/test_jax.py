@@ -1,4 +1,5 @@
-"""The JAX backend of the weak log-likelihood Op (pymc_wendy._jax) and PyMC's JAX samplers."""
+"""The JAX backend of the weak log-likelihood Op (pymc_wendy.backends.jax_kernels) and PyMC's
+JAX samplers."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytensor  # noqa: E402
 import pytensor.tensor as pt  # noqa: E402
 
 from pymc_wendy import get_problem  # noqa: E402
-from pymc_wendy.likelihood import WeakLikelihood  # noqa: E402
-from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik  # noqa: E402
+from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik  # noqa: E402
+from pymc_wendy.weak.likelihood import WeakLikelihood  # noqa: E402
 
 CASES = [("fitzhugh_nagumo", "normal"), ("lotka_volterra", "lognormal")]
 
@@ -98,7 +99,7 @@ def test_failure_points_give_minus_inf_and_zero_gradient(case):
 def logistic_model():
     import pymc as pm
 
-    from pymc_wendy.distribution import WeakODELikelihood
+    from pymc_wendy.bayes.distribution import WeakODELikelihood
 
     prob = get_problem("logistic")
     data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)

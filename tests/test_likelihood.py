@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pymc_wendy.kernels import CovarianceError, NonFiniteError
-from pymc_wendy.likelihood import WeakLikelihood
 from pymc_wendy.problems import PROBLEMS, get_problem
+from pymc_wendy.weak.kernels import CovarianceError, NonFiniteError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 # Systems whose trajectories stay positive, so log-normal noise is defined for them.
 POSITIVE = ["logistic", "lotka_volterra", "goodwin_3d", "sir_tdi", "protein_transduction"]
@@ -77,7 +77,7 @@ def test_noise_variance_gradient_matches_finite_differences(case):
 def test_quadratic_form_gradient_matches_finite_differences(case):
     """``gradient_parts(..., logdet=False)`` is the gradient of ``r' S^-1 r / 2`` alone, in
     ``p`` and in the noise variances (the bias study, ``benchmarks/bias_mechanisms.py``)."""
-    from pymc_wendy import kernels
+    from pymc_wendy.weak import kernels
 
     lik, p = case
 
@@ -106,7 +106,7 @@ def test_blockwise_covariance_and_newton_model_against_dense_algebra(name):
     of the optimiser's Newton model (``exact=False``), are what dense algebra with
     finite-difference ``dS/dp`` and ``dL/dp`` gives; and the exact Hessian is the model plus
     those terms. Nonlinear (Goodwin 3D) and linear (Lotka-Volterra) in the parameters."""
-    from pymc_wendy import kernels
+    from pymc_wendy.weak import kernels
 
     prob = get_problem(name)
     data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
@@ -337,7 +337,7 @@ def test_linear_algebra_runs_on_one_blas_thread(monkeypatch):
     from threadpoolctl import threadpool_info, threadpool_limits
 
     import pymc_wendy as pw
-    from pymc_wendy import kernels
+    from pymc_wendy.weak import kernels
 
     def blas_threads():
         return max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from pymc_wendy.noise import estimate_noise, noise_filter
+from pymc_wendy.weak.noise import estimate_noise, noise_filter
 
 
 def test_filter_annihilates_polynomials_and_has_unit_norm():

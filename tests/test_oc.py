@@ -5,7 +5,7 @@ import pytest
 
 import pymc_wendy as pw
 from pymc_wendy.estimators import oc
-from pymc_wendy.problems import solve
+from pymc_wendy.model.simulate import solve
 
 
 def _alpha_pinene_model():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import sympy
 
-from pymc_wendy.ode import ODEDefinitionError, ODEModel
+from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
 
 
 def goodwin3(t, u, p):

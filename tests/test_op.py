@@ -7,10 +7,10 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 
-from pymc_wendy import _compiled
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.op import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik
 from pymc_wendy.problems import get_problem
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 CASES = [
     ("logistic", "normal"),
@@ -49,7 +49,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise, linear=linear)
     p = data.p_true * 1.02
     s2 = (1.3 * lik.sigma) ** 2
-    kernel = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
     nll, gp, gs = kernel(p, s2, 0.0)
     if infer_sigma:
         ref, ref_gp, ref_gs = lik.nll_grad_sigma2(p, np.sqrt(s2))
@@ -59,7 +59,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
     if infer_sigma:
-        value_only = _compiled.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
+        value_only = numba_kernels.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
         assert value_only(p, s2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
 
 
@@ -77,8 +77,8 @@ def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linea
     for n, seed in [(101, 1), (151, 2)]:
         data = prob.simulate(n_points=n, noise_ratio=0.05, seed=seed)
         lik = WeakLikelihood(prob.model, data.t, data.U, linear=linear, inputs=data.inputs)
-        kind, _ = _compiled.kernel_inputs(lik, infer_sigma=False)
-        kernels.append(_compiled.kernel_for(lik, kind, infer_sigma=False, want_grad=True))
+        kind, _ = numba_kernels.kernel_inputs(lik, infer_sigma=False)
+        kernels.append(numba_kernels.kernel_for(lik, kind, infer_sigma=False, want_grad=True))
         out = weak_loglik(lik, x)
         fn = pytensor.function([x], [out, pytensor.grad(out, x)], mode="NUMBA")
         p = data.p_true * 1.02

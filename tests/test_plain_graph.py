@@ -12,7 +12,7 @@ import pytest
 import sympy as sp
 
 from pymc_wendy import get_problem
-from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "_plain_graph.py"
 _spec = importlib.util.spec_from_file_location("_plain_graph", _PATH)

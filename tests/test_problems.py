@@ -3,18 +3,9 @@
 import numpy as np
 import pytest
 
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.problems import (
-    PROBLEMS,
-    Problem,
-    SimulatedData,
-    SimulationError,
-    add_noise,
-    get_problem,
-    list_problems,
-    simulate,
-    solve,
-)
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
+from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems
 
 NAMES = [
     "logistic",

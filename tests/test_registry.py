@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 import pymc_wendy as pw
-from pymc_wendy.coverage import _parse_methods
 from pymc_wendy.estimators import registry
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.studies.coverage import _parse_methods
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ import numpy as np
 import pytest
 
 from pymc_wendy import run_coverage
-from pymc_wendy.coverage import summarize
+from pymc_wendy.studies.coverage import summarize
 
 NOISE = (0.01, 0.02, 0.05, 0.10, 0.15, 0.20)
 POINTS = (1025, 513, 257)  # the paper's M = 1024, 512, 256

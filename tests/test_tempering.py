@@ -15,8 +15,8 @@ from scipy import stats
 
 import pymc_wendy as pw
 from pymc_wendy import WeakLikelihood, get_problem
-from pymc_wendy.op import WeakLogLikelihoodOp, _relaxed_reference
-from pymc_wendy.tempering import SFTWarning, sample_sft
+from pymc_wendy.backends.op import WeakLogLikelihoodOp, _relaxed_reference
+from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 
 
 def _gaussian_model(n=20, seed=1):
@@ -343,7 +343,7 @@ def test_low_swap_acceptance_warns_with_the_rungs_that_fix_it():
     through the barrier-per-pair map)."""
     import re
 
-    from pymc_wendy.tempering import _barrier_per_pair
+    from pymc_wendy.bayes.tempering import _barrier_per_pair
 
     d = 4
     y = np.random.default_rng(1).normal(3.0, 1.0, 2000)

@@ -1,11 +1,11 @@
-"""Tests for pymc_wendy.test_functions: bumps, radius search, SVD-reduced test functions."""
+"""Tests for pymc_wendy.weak.test_functions: bumps, radius search, SVD-reduced test functions."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from pymc_wendy.test_functions import (
+from pymc_wendy.weak.test_functions import (
     RadiusSelection,
     TestFunctions,
     _corner,

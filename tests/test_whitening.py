@@ -10,8 +10,8 @@ import pytest
 from pymc.blocking import DictToArrayBijection
 
 import pymc_wendy as pw
-from pymc_wendy.sampling import _unconstrained_point, initial_values
-from pymc_wendy.whitening import WHITENED, posterior_mode, whitened_model
+from pymc_wendy.bayes.sampling import _unconstrained_point, initial_values
+from pymc_wendy.bayes.whitening import WHITENED, posterior_mode, whitened_model
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_whitened_nuts_gives_the_plain_posterior(logistic):
         plain = pw.sample(1000, model=model, tune=500, whiten=False, **kwargs)
         white = pw.sample(1000, model=model, whiten=True, discard_tuned_samples=False, **kwargs)
     assert white.posterior.attrs["whitened"] == 1 and "whitened" not in plain.posterior.attrs
-    assert white.warmup_posterior.sizes["draw"] == pw.sampling.WHITENED_TUNE
+    assert white.warmup_posterior.sizes["draw"] == pw.bayes.sampling.WHITENED_TUNE
     assert set(white.posterior.data_vars) == {"p", "sigma", "ratio"}
     assert list(white.posterior["p"].coords["param"].values) == list(
         plain.posterior["p"].coords["param"].values

@@ -7,7 +7,7 @@ method     estimator (module)
            with the analytic gradient and Hessian (``trust-exact``; Newton steps over the
            free parameters, then ``trust-constr``, with box bounds), optionally from several
            starts, keeping the lowest NLL; ``bias_correction`` minimises the corrected
-           objective of :mod:`pymc_wendy.bias` from there.
+           objective of :mod:`pymc_wendy.weak.bias` from there.
 "irls"     WENDy-IRLS (:mod:`.irls`; WENDy 2023, Algorithm 2): generalised least squares
            with the weight ``S(p_prev)^{-1}`` updated each iteration, stopping on a fixed
            point, an iteration cap, or a failed Shapiro-Wilk test of the whitened residual
@@ -15,7 +15,7 @@ method     estimator (module)
 "wls"      Weak least squares ``min ||r(p)||^2`` (:mod:`.wls`; one linear solve when linear
            in ``p``; Gauss-Newton otherwise). Biased at high noise (errors in variables).
 "oels"     Output-error least squares over ``(p, u0)`` with forward sensitivities
-           (:mod:`.oels` on :mod:`pymc_wendy.output_error`).
+           (:mod:`.oels` on :mod:`pymc_wendy.estimators.output_error`).
 "hybrid"   WENDy-MLE, then output error started from it (:mod:`.hybrid`); the output-error
            estimate is kept unless its weak NLL is worse than the MLE's by more than 5 % of
            ``|l(p_MLE)|``.
@@ -45,10 +45,14 @@ from pymc_wendy.estimators.mle import wendy_mle
 from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.registry import Estimator, register
 from pymc_wendy.estimators.registry import names as methods
+from pymc_wendy.estimators.results import BiasCorrection, FitResult, FitWarning
 from pymc_wendy.estimators.wls import weak_least_squares
 
 __all__ = [
+    "BiasCorrection",
     "Estimator",
+    "FitResult",
+    "FitWarning",
     "estimate_initial_state",
     "fit",
     "methods",

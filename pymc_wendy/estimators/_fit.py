@@ -9,17 +9,17 @@ from concurrent.futures import Executor
 
 import numpy as np
 
-from pymc_wendy import bias
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
 from pymc_wendy.estimators._problem import prepare
+from pymc_wendy.estimators.output_error import _residual_noise
+from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.likelihood import Noise, WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.output_error import _residual_noise
-from pymc_wendy.problems import SimulationError
-from pymc_wendy.results import FitResult, FitWarning
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulationError
+from pymc_wendy.weak import bias
+from pymc_wendy.weak.joint import JointLikelihood
+from pymc_wendy.weak.likelihood import Noise, WeakLikelihood
 
 __all__ = ["fit"]
 
@@ -59,7 +59,7 @@ def fit(
     U : array, shape (M+1, D), or list of arrays
         Observations; a list ``[U1, U2, ...]`` matching ``t`` for several experiments.
         Their weak residuals are independent, so the objective is the sum of the
-        experiments' (:class:`~pymc_wendy.experiments.JointLikelihood`;
+        experiments' (:class:`~pymc_wendy.weak.joint.JointLikelihood`;
         ``docs/experiments.md``).
     method : str
         Estimator: ``"mle"`` (default), ``"irls"``, ``"wls"``, ``"oels"``, ``"hybrid"``
@@ -82,7 +82,8 @@ def fit(
         scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
         ``"residual"`` (one experiment): fit with the filter's estimate, estimate the noise
         from the residuals of the ODE solution at that fit (output error's own initial
-        state, else one fitted to all data: :func:`~pymc_wendy.output_error.residual_noise`)
+        state, else one fitted to all data:
+        :func:`~pymc_wendy.estimators.output_error.residual_noise`)
         with ``N - (J + n_0) / D`` degrees of freedom, and fit again with it;
         ``history["noise"]`` records both estimates. The better choice for short series and
         forced models (``docs/higher_order.md``).
@@ -114,14 +115,14 @@ def fit(
         dict with keys ``"mle"`` and ``"oels"``.
     bias_correction : {None, "auto", "analytic", "profile"}
         ``method="mle"`` only. Remove the weak form's ``O(sigma^2)`` bias
-        (:mod:`pymc_wendy.bias`, ``docs/bias.md``): ``"profile"`` minimises the quadratic
+        (:mod:`pymc_wendy.weak.bias`, ``docs/bias.md``): ``"profile"`` minimises the quadratic
         form without the log-determinant; ``"analytic"`` (what ``"auto"`` picks) also
         subtracts the closed-form mean of its score. The result's estimate, covariances and
         intervals are the corrected ones; ``result.bias_correction`` keeps the uncorrected
         fit, the shift and the cost. ``None`` (default) is WENDy-MLE.
     inputs : mapping, optional
         Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
-        :class:`~pymc_wendy.inputs.Input` objects, callables or arrays on ``t``; a list of
+        :class:`~pymc_wendy.model.inputs.Input` objects, callables or arrays on ``t``; a list of
         mappings for several experiments. See ``docs/higher_order.md``.
 
     Returns

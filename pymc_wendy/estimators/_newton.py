@@ -16,8 +16,8 @@ import numpy as np
 from scipy import linalg as sla
 from scipy import optimize
 
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 # scipy.optimize.minimize's trust-exact and trust-constr options (each run gets its own)
 TRUST_EXACT = frozenset({"maxiter", "gtol", "initial_trust_radius", "max_trust_radius", "eta"})

@@ -15,13 +15,13 @@ from scipy import optimize
 
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.inputs import as_inputs
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.noise import estimate_noise
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.test_functions import TestFunctions
+from pymc_wendy.model.inputs import as_inputs
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak.joint import JointLikelihood
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.noise import estimate_noise
+from pymc_wendy.weak.test_functions import TestFunctions
 
 # Option names checked by kind whichever estimator accepts them
 _COUNTS = {"maxiter", "max_iter", "max_nfev", "n_steps"}
@@ -83,7 +83,7 @@ class FitProblem:
         )  # fmt: skip
 
     def common(self) -> dict:
-        """The fields every :class:`~pymc_wendy.results.FitResult` of this problem shares."""
+        """The fields every :class:`~.results.FitResult` of this problem shares."""
         return {
             "model": self.model,
             "sigma": np.asarray(self.sigma, dtype=float),

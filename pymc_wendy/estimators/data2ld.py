@@ -116,9 +116,9 @@ from scipy.special import expit, logit, roots_legendre
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.inputs import Input
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.ode import ODEModel
 
 __all__ = ["OPTIONS", "LinearStructure", "linear_structure", "prepare_criterion"]
 

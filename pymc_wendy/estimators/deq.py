@@ -120,10 +120,10 @@ import numpy as np
 from scipy import optimize, stats
 
 from pymc_wendy.estimators._problem import FitProblem
+from pymc_wendy.estimators.output_error import _fit_initial_state, _local_quadratic_start
 from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.output_error import _fit_initial_state, _local_quadratic_start
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.model.ode import ODEModel
 
 __all__ = ["SCHEMES", "discrete_solution", "plot_discretization_error", "profile_intervals"]
 

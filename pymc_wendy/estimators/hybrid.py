@@ -16,8 +16,8 @@ from pymc_wendy.estimators import mle, oels
 from pymc_wendy.estimators._problem import FitProblem, check_options
 from pymc_wendy.estimators.oels import _fit_oe, estimate_initial_state
 from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.weak.joint import JointLikelihood
 
 _TOLERANCE = 0.05
 

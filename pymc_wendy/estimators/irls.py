@@ -17,9 +17,9 @@ from scipy import optimize, stats
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 _DEFAULTS = {"max_iter": 100, "tol": 1e-6, "sw_tol": 1e-4, "sw_start": 10}
 

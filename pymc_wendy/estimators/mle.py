@@ -4,7 +4,7 @@ Trust-region Newton with the analytic gradient and Hessian (``trust-exact``; wit
 bounds, Newton steps over the parameters off their bounds and, only if those do not
 settle, ``trust-constr``), from a warm start, optionally from several starts keeping the
 lowest NLL, and finished by exact Newton polish steps (:mod:`._newton`). With
-``bias_correction`` the corrected objective of :mod:`pymc_wendy.bias` is minimised from the
+``bias_correction`` the corrected objective of :mod:`pymc_wendy.weak.bias` is minimised from the
 MLE.
 """
 
@@ -16,7 +16,6 @@ import warnings
 import numpy as np
 from scipy import optimize
 
-from pymc_wendy import bias
 from pymc_wendy.estimators._newton import (
     TRUST_CONSTR,
     TRUST_EXACT,
@@ -29,10 +28,11 @@ from pymc_wendy.estimators._newton import (
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.irls import _irls
 from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.estimators.results import BiasCorrection, FitResult
 from pymc_wendy.estimators.wls import _wls, weak_least_squares
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.results import BiasCorrection, FitResult
+from pymc_wendy.weak import bias
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["wendy_mle"]
 
@@ -170,7 +170,7 @@ def _mle(lik, starts, bounds, options, executor):
 
 
 def _bias_corrected(mle: FitResult, method: str, problem: FitProblem, options) -> FitResult:
-    """Minimise the corrected objective of ``method`` from the MLE (:mod:`pymc_wendy.bias`).
+    """Minimise the corrected objective of ``method`` from the MLE (:mod:`pymc_wendy.weak.bias`).
 
     ``"profile"`` is one minimisation of the quadratic form from the MLE. ``"analytic"``
     starts there too and then minimises the tilted objective with the score mean evaluated

@@ -79,10 +79,10 @@ from scipy.special import roots_legendre
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import screened_start
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.problems import SimulationError, solve
-from pymc_wendy.results import FitResult
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulationError, solve
 
 __all__ = ["FAMILIES", "OPTIONS"]
 

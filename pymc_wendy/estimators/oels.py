@@ -1,6 +1,6 @@
 """Output-error least squares, ``fit(method="oels")``, and the initial state of a fit.
 
-Wraps the forward-sensitivity least squares of :mod:`pymc_wendy.output_error` (over ``p``
+Wraps the forward-sensitivity least squares of :mod:`pymc_wendy.estimators.output_error` (over ``p``
 and ``u0``) in a result: starting initial states from the data, a covariance from the
 Jacobian (scaled by the reduced chi-square when ``sigma`` was estimated), and failed solves
 reported, not raised. :func:`estimate_initial_state` fits ``u0`` with ``p`` held at a
@@ -15,12 +15,7 @@ import numpy as np
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.mle import wendy_mle
-from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.estimators.wls import weak_least_squares
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.output_error import (
+from pymc_wendy.estimators.output_error import (
     DEFAULT_SOLVER,
     _fit_initial_state,
     _from_log,
@@ -28,8 +23,13 @@ from pymc_wendy.output_error import (
     _polynomial_start,
     output_error,
 )
-from pymc_wendy.problems import SimulationError, solve
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.registry import Estimator
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.estimators.wls import weak_least_squares
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulationError, solve
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["estimate_initial_state"]
 

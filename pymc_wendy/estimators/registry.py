@@ -2,9 +2,9 @@
 
 Each method module describes itself by one :class:`Estimator`: the function that turns a validated
 :class:`~pymc_wendy.estimators._problem.FitProblem` into a
-:class:`~pymc_wendy.results.FitResult`, the option names it accepts, and what it needs from
-``fit``'s inputs. ``fit`` validates the data once, builds the problem and calls ``run``; it
-knows nothing else about any method.
+:class:`~pymc_wendy.estimators.results.FitResult`, the option names it accepts, and what it
+needs from ``fit``'s inputs. ``fit`` validates the data once, builds the problem and calls
+``run``; it knows nothing else about any method.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pymc_wendy.estimators._problem import FitProblem
-    from pymc_wendy.results import FitResult
+    from pymc_wendy.estimators.results import FitResult
 
 __all__ = ["Estimator", "get", "kinds", "names", "register"]
 

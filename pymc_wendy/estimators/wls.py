@@ -15,10 +15,10 @@ from scipy import optimize, stats
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.results import FitResult
+from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["default_start", "screened_start", "weak_least_squares"]
 

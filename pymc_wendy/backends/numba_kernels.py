@@ -1,15 +1,15 @@
 r"""The weak log-likelihood and its gradient compiled with numba (no Python in the hot path).
 
 These are the kernels the pytensor Op runs under the numba backend (nutpie, PyMC's NUTS, SMC,
-``find_MAP``). They implement the same formulas as :mod:`pymc_wendy.kernels` (see its module
-doc) and :mod:`pymc_wendy._linear`, which stay the readable numpy reference they are tested
+``find_MAP``). They implement the same formulas as :mod:`pymc_wendy.weak.kernels` (see its module
+doc) and :mod:`pymc_wendy.weak.linear_form`, which stay the readable numpy reference they are tested
 against. Three paths:
 
 * ``general``: builds ``L(p)``, ``S = L Sigma' L^T`` by a symmetric rank-k update (half the
   flops of a matrix product), one Cholesky factorisation, and for the gradient one Cholesky
   solve against ``L``.
 * ``operator``: the general path for models with derivative terms and known inputs
-  (:mod:`pymc_wendy.higher_order`).
+  (:mod:`pymc_wendy.weak.operator`).
 * ``linear``: linear-in-parameter models, ``S`` as a precomputed quadratic polynomial in ``p``
   (optionally resolved per noise state so ``sigma`` can be a random variable), one Cholesky
   factorisation, and for the gradient the Cholesky inverse.
@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numba
 import numpy as np
 
-from pymc_wendy import _lapack
+from pymc_wendy.backends import lapack
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -60,10 +60,10 @@ def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
     for i in range(n):
         ST[i, i] += ridge
     C = ST.T
-    if _lapack.potrf_lower(C) != 0:
+    if lapack.potrf_lower(C) != 0:
         return False, C, r, np.inf
     aT = r.copy().reshape((1, n))
-    _lapack.potrs_lower(C, aT.T)
+    lapack.potrs_lower(C, aT.T)
     a = aT[0]
     logdet = 0.0
     for i in range(n):
@@ -79,7 +79,7 @@ def _covariance_solve(LT, LsT, r, diag, logdet, want_grad):
     ``ok`` is False when ``S`` is not positive definite."""
     n = r.size
     ST = np.empty((n, n))  # ST.T is the F-ordered S
-    _lapack.syrk_lower(LsT.T, ST.T)
+    lapack.syrk_lower(LsT.T, ST.T)
     ok, C, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
         return False, np.inf, a, np.zeros((0, n))
@@ -87,7 +87,7 @@ def _covariance_solve(LT, LsT, r, diag, logdet, want_grad):
         nll = 0.5 * np.dot(r, a)
     if want_grad and logdet:
         YT = LT.copy()
-        _lapack.potrs_lower(C, YT.T)
+        lapack.potrs_lower(C, YT.T)
     else:  # no gradient, or W = -a a^T: no S^{-1} L term
         YT = np.zeros((0, n))
     return True, nll, a, YT
@@ -116,7 +116,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
     ``logdet=False`` gives the quadratic form ``r' S^-1 r / 2`` alone and its gradient (the
-    bias-corrected objective, :mod:`pymc_wendy.bias`); it skips the solve against ``L``.
+    bias-corrected objective, :mod:`pymc_wendy.weak.bias`); it skips the solve against ``L``.
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
     derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances. The
@@ -193,7 +193,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
 def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale, diag,
              want_grad, logdet=True):  # fmt: skip
     """The general path for models with derivative terms and inputs
-    (:mod:`pymc_wendy._operator`): ``L = Phi Ju + sum_q C_q Phi^(q)`` and the residual's
+    (:mod:`pymc_wendy.weak.operator_kernels`): ``L = Phi Ju + sum_q C_q Phi^(q)`` and the residual's
     operator and input part depend on ``p`` through ``C`` and ``beta``; their derivatives
     ``Cp`` (Q, D, D, J) and ``betap`` (D, I, J) add the terms ``a' db/dp`` and
     ``<W L Sigma', dC/dp Phi^(q)>`` to the gradient. Arguments otherwise as :func:`general`.
@@ -337,7 +337,7 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
         return nll, gp, gw
 
     if logdet:
-        if _lapack.potri_lower(ST.T) != 0:
+        if lapack.potri_lower(ST.T) != 0:
             return np.inf, gp, gw
         for c in range(n):  # mirror: ST[c, r] (r > c) holds S^{-1}[r, c]
             for rr in range(c + 1, n):
@@ -376,7 +376,7 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
 
 @numba.njit(cache=True)
 def _tilt(nll, gp, p, tilt, ref, offset, want_grad):
-    """The bias-corrected objective's linear tilt (:mod:`pymc_wendy.bias`) added in place."""
+    """The bias-corrected objective's linear tilt (:mod:`pymc_wendy.weak.bias`) added in place."""
     if np.isfinite(nll):
         nll += offset - np.dot(tilt, p - ref)
         if want_grad:
@@ -394,7 +394,7 @@ def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[
     scale; :func:`_pack`). None of it is compiled into the kernel, so one compilation of
     :func:`kernel_for` serves every data set of a model.
     """
-    from pymc_wendy import _linear
+    from pymc_wendy.weak import linear_form
 
     corr = lik._correction
     if corr is not None and infer_sigma:
@@ -406,7 +406,7 @@ def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[
     offset = 0.0 if logdet else float(corr["offset"])
     scalars = np.array([float(lik.ridge), float(relax_scale), offset])
     fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
-    form = _linear.form_for(lik, per_state=infer_sigma)
+    form = linear_form.form_for(lik, per_state=infer_sigma)
     if form is not None:
         kind = "linear"
         data = (form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2, form.r0, form.G)

@@ -8,10 +8,10 @@ outputs by the incoming cotangent, so when a sampler compiles value and gradient
 the value is used (SMC's likelihood, predictive checks), a graph rewrite swaps in a value-only
 variant that skips the gradient work.
 
-Backends: the numba implementation (:mod:`pymc_wendy._compiled`) runs natively in nopython
-mode, so pytensor's numba linker (the default, also used by nutpie) never falls back to object
-mode. ``perform`` (Python, the ``"c"``/``"py"`` linkers) uses the numpy reference in
-:mod:`pymc_wendy.kernels`; the two are tested against each other. There is no JAX
+Backends: the numba implementation (:mod:`pymc_wendy.backends.numba_kernels`) runs natively
+in nopython mode, so pytensor's numba linker (the default, also used by nutpie) never falls
+back to object mode. ``perform`` (Python, the ``"c"``/``"py"`` linkers) uses the numpy reference in
+:mod:`pymc_wendy.weak.kernels`; the two are tested against each other. There is no JAX
 implementation yet (see ``docs/pymc.md``).
 
 Points where the likelihood is undefined (non-finite right-hand side, covariance not positive
@@ -32,9 +32,9 @@ from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.rewriting.basic import register_specialize
 
-from pymc_wendy import _compiled
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["WeakLogLikelihoodOp", "weak_loglik"]
 
@@ -53,7 +53,7 @@ class WeakLogLikelihoodOp(Op):
         False for the value-only variant (gradient outputs are zeros); the rewrite
         ``weak_loglik_value_only`` installs it where no gradient is used.
     relax_scale : float, optional
-        Makes the relaxed variant the tempering ladder uses (:mod:`pymc_wendy.tempering`):
+        Makes the relaxed variant the tempering ladder uses (:mod:`pymc_wendy.bayes.tempering`):
         a last scalar input ``alpha`` in [0, 1] replaces the covariance by
         ``(1 - alpha) S(p) + alpha * relax_scale * I``; ``alpha = 0`` is the model's likelihood.
 
@@ -191,11 +191,11 @@ def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:
     """
     if sigma is None:
         return WeakLogLikelihoodOp(likelihood, infer_sigma=False)(p)[0]
-    sigma = _noise_scale_vector(sigma, likelihood.model.n_states)
+    sigma = noise_scale_vector(sigma, likelihood.model.n_states)
     return WeakLogLikelihoodOp(likelihood, infer_sigma=True)(p, sigma**2)[0]
 
 
-def _noise_scale_vector(sigma, D: int) -> pt.TensorVariable:
+def noise_scale_vector(sigma, D: int) -> pt.TensorVariable:
     """A scalar or (D,) noise scale as a (D,) float64 tensor, with a clear error otherwise."""
     sig = pt.as_tensor_variable(sigma).astype("float64")
     if sig.type.ndim > 1 or (sig.type.ndim == 1 and sig.type.shape[0] not in (None, 1, D)):
@@ -220,7 +220,7 @@ def weak_loglik_value_only(fgraph, node):
     return {node.outputs[0]: new[0]}
 
 
-#: the packed data of each likelihood (:func:`pymc_wendy._compiled.kernel_inputs`) per Op
+#: the packed data of each likelihood (:func:`.numba_kernels.kernel_inputs`) per Op
 #: flags: every compilation of a graph holding the Op (``pw.sample``'s posterior mode, then
 #: nutpie's, then predictive draws) reuses it instead of packing it again
 _DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -230,7 +230,7 @@ def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float):
     per_lik = _DATA.setdefault(lik, {})
     key = (infer_sigma, relax_scale)
     if key not in per_lik:
-        per_lik[key] = _compiled.kernel_inputs(
+        per_lik[key] = numba_kernels.kernel_inputs(
             lik, infer_sigma=infer_sigma, relax_scale=relax_scale
         )
     return per_lik[key]
@@ -245,7 +245,9 @@ def _numba_funcify(op, node=None, **kwargs):
     lik = op.likelihood
     relaxed = op.relax_scale is not None
     kind, buf = _kernel_data(lik, op.infer_sigma, op.relax_scale if relaxed else 1.0)
-    kernel = _compiled.kernel_for(lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad)
+    kernel = numba_kernels.kernel_for(
+        lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
+    )
     J = lik.model.n_params
     D = lik.model.n_states if op.infer_sigma else 0
     n_buf = buf.size
@@ -298,9 +300,3 @@ def _numba_funcify(op, node=None, **kwargs):
         return value, gp
 
     return weak_loglik_fixed, None
-
-
-try:  # optional JAX backend: registers jax_funcify for the Op when jax is installed
-    from pymc_wendy import _jax  # noqa: F401
-except ImportError:
-    pass

@@ -8,7 +8,7 @@ particles at a variable's ``initval``, which would collapse its population.
 :func:`sample` differs from ``pm.sample``'s defaults in these ways, for measured reasons
 (``docs/pymc.md``):
 
-* **It samples in whitened coordinates** (:mod:`pymc_wendy.whitening`): the unconstrained free
+* **It samples in whitened coordinates** (:mod:`pymc_wendy.bayes.whitening`): the unconstrained free
   variables as ``mode + L z``, ``L L^T`` the inverse Hessian at the posterior mode, with 300
   tuning iterations. FitzHugh-Nagumo, 4 x 1000 draws: tuning took 7 021 gradient evaluations
   instead of 55 528, for 36 % more ESS.
@@ -46,12 +46,17 @@ import pytensor.tensor as pt
 import xarray as xr
 from pymc.blocking import DictToArrayBijection
 
-from pymc_wendy import _threads
-from pymc_wendy.distribution import _is_symbolic, _params_vector
+from pymc_wendy._threads import blas_threads as _blas_threads
+from pymc_wendy.bayes.distribution import _is_symbolic, _params_vector
+from pymc_wendy.bayes.whitening import (
+    NotPositiveDefinite,
+    posterior_mode,
+    to_model_trace,
+    whitened_model,
+)
 from pymc_wendy.estimators import weak_least_squares, wendy_mle
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.whitening import NotPositiveDefinite, posterior_mode, to_model_trace, whitened_model
+from pymc_wendy.weak.joint import JointLikelihood
+from pymc_wendy.weak.kernels import WeakLikelihoodError
 
 __all__ = ["initial_values", "laplace", "sample"]
 
@@ -66,7 +71,7 @@ def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
     or a list of free scalar variables, the WENDy-MLE (weak least squares, then trust-region
     Newton, started from the model's initial point) is mapped onto them; a free ``sigma``
     variable gets the data's noise estimate. Terms that share their ``params`` (several
-    experiments) are fitted jointly (:class:`~pymc_wendy.experiments.JointLikelihood`); a
+    experiments) are fitted jointly (:class:`~pymc_wendy.weak.joint.JointLikelihood`); a
     variable that several separately fitted terms inform (a parameter shared by the units of
     a hierarchical model, given as a list of scalars) gets the mean of their estimates.
     Values outside a variable's support (a negative estimate under a positive prior) are left
@@ -182,7 +187,7 @@ def sample(
     initvals : dict, optional
         Starting values; they override :func:`initial_values` variable by variable.
     whiten : bool or "auto"
-        Sample in whitened coordinates (:mod:`pymc_wendy.whitening`): the unconstrained free
+        Sample in whitened coordinates (:mod:`pymc_wendy.bayes.whitening`): the unconstrained free
         variables written as ``mode + L z`` with ``L L^T`` the inverse Hessian at the
         posterior mode, found from the starting values before sampling. The chains start at
         the mode and tuning is shorter (``tune`` defaults to :data:`WHITENED_TUNE`). The
@@ -211,7 +216,7 @@ def sample(
     started = {model[name] for name in start}
     target, log_likelihood = model, False
     if whiten is True or (whiten == "auto" and started >= set(model.free_RVs)):
-        with _threads.blas_threads(blas_threads):
+        with _blas_threads(blas_threads):
             target = _whitened(model, start, required=whiten is True)
     if target is not model:
         kwargs.setdefault("tune", WHITENED_TUNE)
@@ -232,7 +237,7 @@ def sample(
         kwargs.setdefault("blas_cores", blas_threads)
     elif sampler == "pymc" and started >= set(target.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
-    with _threads.blas_threads(blas_threads):
+    with _blas_threads(blas_threads):
         idata = pm.sample(draws, model=target, initvals=start or None, **kwargs)
     if target is not model and isinstance(idata, xr.DataTree):  # not return_inferencedata=False
         idata = to_model_trace(idata, model, log_likelihood=log_likelihood)

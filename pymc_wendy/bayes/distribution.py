@@ -8,7 +8,7 @@ Inside ``pm.Model()``::
         idata = pm.sample()
 
 The log-density of the observed data is the WENDy-MLE weak log-likelihood ``-l(p)``
-(:class:`pymc_wendy.op.WeakLogLikelihoodOp`); the test functions, the data-side terms and,
+(:class:`pymc_wendy.backends.op.WeakLogLikelihoodOp`); the test functions, the data-side terms and,
 for models linear in the parameters, the covariance coefficients are fixed when the variable
 is created, which is why the data must be a plain array (no ``pm.Data`` container whose
 value could later change).
@@ -35,12 +35,12 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.exceptions import NotScalarConstantError
 from pytensor.tensor.random.op import RandomVariable
 
+from pymc_wendy.backends.op import noise_scale_vector, weak_loglik
 from pymc_wendy.estimators.oels import estimate_initial_state
-from pymc_wendy.likelihood import Noise, WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.op import _noise_scale_vector, weak_loglik
-from pymc_wendy.output_error import DEFAULT_SOLVER
-from pymc_wendy.problems import SimulationError, solve
+from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulationError, solve
+from pymc_wendy.weak.likelihood import Noise, WeakLikelihood
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
@@ -153,7 +153,7 @@ class WeakODELikelihood(Distribution):
         Noise standard deviation per state (of ``log U`` for log-normal noise).
         ``None``: estimated once from the data (WENDy) and then treated as known.
         ``"residual"``: estimated once from the residuals of the ODE solution at the
-        WENDy-MLE (:func:`~pymc_wendy.output_error.residual_noise`, as ``fit(...,
+        WENDy-MLE (:func:`~pymc_wendy.estimators.output_error.residual_noise`, as ``fit(...,
         sigma="residual")``) and then treated as known: the better choice for short series
         and forced models (``docs/higher_order.md``).
         A number or array: known. A random variable (or any symbolic tensor, scalar or (D,)):
@@ -172,7 +172,7 @@ class WeakODELikelihood(Distribution):
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
         :data:`DEFAULT_SOLVER`.
     bias_correction : None, {"auto", "analytic", "profile"}, or FitResult
-        Replace the weak likelihood by the bias-corrected objective of :mod:`pymc_wendy.bias`
+        Replace the weak likelihood by the bias-corrected objective of :mod:`pymc_wendy.weak.bias`
         (``docs/bias.md``), so that NUTS, ``find_MAP``, SMC and :func:`sample_sft` see it. A
         name runs ``pymc_wendy.fit(..., bias_correction=name)`` on the data (default start and
         no bounds; for models nonlinear in the parameters pass a ready fit instead); a
@@ -273,7 +273,7 @@ class WeakODELikelihood(Distribution):
         p = _params_vector(params, model)
         infer_sigma = _is_symbolic(sigma)
         if infer_sigma:
-            sig = _noise_scale_vector(sigma, D)
+            sig = noise_scale_vector(sigma, D)
         else:
             sig = pt.constant(likelihood.sigma, dtype="float64")
         n0 = len(model.companion_states)
@@ -322,7 +322,7 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
     lik = build(None if _is_symbolic(sigma) or residual else sigma)
     if residual:  # the noise of the forward residuals at the WENDy-MLE (fit(sigma="residual"))
         from pymc_wendy.estimators import fit
-        from pymc_wendy.output_error import residual_noise
+        from pymc_wendy.estimators.output_error import residual_noise
 
         lik = build(residual_noise(lik, fit(lik).x, solver=None).sigma)
     return lik
@@ -331,7 +331,7 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
 def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:
     """The bias-corrected objective for ``lik`` from a method name or a corrected fit."""
     from pymc_wendy.estimators import fit
-    from pymc_wendy.results import FitResult
+    from pymc_wendy.estimators.results import FitResult
 
     if isinstance(bias_correction, FitResult):
         res = bias_correction

@@ -35,10 +35,10 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
-from pymc_wendy.experiments import JointLikelihood, diagnose
-from pymc_wendy.kernels import WeakLikelihoodError
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak.joint import JointLikelihood, diagnose
+from pymc_wendy.weak.kernels import WeakLikelihoodError
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["BiasCorrection", "FitResult", "FitWarning"]
 
@@ -52,7 +52,7 @@ class FitWarning(RuntimeWarning):
 
 @dataclass(eq=False)
 class BiasCorrection:
-    """What ``fit(..., bias_correction=...)`` did (:mod:`pymc_wendy.bias`, ``docs/bias.md``).
+    """What ``fit(..., bias_correction=...)`` did (:mod:`pymc_wendy.weak.bias`, ``docs/bias.md``).
 
     Attributes
     ----------
@@ -160,7 +160,7 @@ class FitResult:
         the corrected estimator's (the inverse Hessian of the corrected objective,
         ``likelihood``), and this record keeps the uncorrected fit.
     inputs : dict or tuple of dict
-        The model's known inputs (name to :class:`~pymc_wendy.inputs.Input`), a tuple of
+        The model's known inputs (name to :class:`~pymc_wendy.model.inputs.Input`), a tuple of
         them for several experiments; empty for models without inputs.
     """
 
@@ -391,7 +391,7 @@ class FitResult:
         ``experiment``: sizes, each experiment's share of the objective, the mean square
         and Shapiro-Wilk p-value of its whitened weak residual, and a score test of its
         consistency with the other experiments
-        (:meth:`pymc_wendy.experiments.JointLikelihood.diagnostics`).
+        (:meth:`pymc_wendy.weak.joint.JointLikelihood.diagnostics`).
         """
         import xarray as xr
 
@@ -422,8 +422,8 @@ class FitResult:
         > 1, ``u0`` is the companion state (``model.companion_states``) and the known inputs
         are those of the fit; :func:`pymc_wendy.solve` gives the derivatives too.
         """
-        from pymc_wendy.output_error import DEFAULT_SOLVER, _fit_initial_state
-        from pymc_wendy.problems import solve
+        from pymc_wendy.estimators.output_error import DEFAULT_SOLVER, _fit_initial_state
+        from pymc_wendy.model.simulate import solve
 
         E = self.n_experiments
         if E > 1 and experiment is None:

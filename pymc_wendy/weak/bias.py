@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_wendy import kernels
-from pymc_wendy.experiments import JointLikelihood
-from pymc_wendy.likelihood import WeakLikelihood
+from pymc_wendy.weak import kernels
+from pymc_wendy.weak.joint import JointLikelihood
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 Likelihood = WeakLikelihood | JointLikelihood
 
@@ -63,7 +63,7 @@ def resolve(bias_correction: str | None) -> str | None:
 def score_mean(lik: Likelihood, p) -> np.ndarray:
     """Estimated mean of the quadratic form's score at ``p`` under the data noise, shape (J,).
 
-    :func:`pymc_wendy.kernels.quadratic_score_mean` evaluated at the data, with the
+    :func:`pymc_wendy.weak.kernels.quadratic_score_mean` evaluated at the data, with the
     likelihood's noise level. Additive Gaussian noise on the states the likelihood sees (for
     log-normal noise, on ``log U``). For several experiments, the sum of theirs (their noise
     is independent).

@@ -16,13 +16,13 @@ from typing import Literal
 
 import numpy as np
 
-from pymc_wendy import _linear, kernels
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
-from pymc_wendy.inputs import as_inputs
-from pymc_wendy.noise import estimate_noise
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.test_functions import TestFunctions, build_test_functions, from_matrices
+from pymc_wendy.model.inputs import as_inputs
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak import kernels, linear_form
+from pymc_wendy.weak.noise import estimate_noise
+from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions, from_matrices
 
 __all__ = ["WeakLikelihood"]
 
@@ -59,17 +59,17 @@ class WeakLikelihood:
         Memory budget for the linear-in-parameters precomputation.
     inputs : mapping, optional
         Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
-        :class:`~pymc_wendy.inputs.Input` objects, callables, or arrays on the times ``t``.
+        :class:`~pymc_wendy.model.inputs.Input` objects, callables, or arrays on the times ``t``.
 
     Notes
     -----
     For a model of order > 1 or with inputs the constructor returns an
-    :class:`~pymc_wendy.higher_order.OperatorLikelihood`, a subclass with the same interface.
+    :class:`~pymc_wendy.weak.operator.OperatorLikelihood`, a subclass with the same interface.
     """
 
     def __new__(cls, model=None, *args, **kwargs):
         if cls is WeakLikelihood and getattr(model, "has_operator_terms", False):
-            from pymc_wendy.higher_order import OperatorLikelihood
+            from pymc_wendy.weak.operator import OperatorLikelihood
 
             return super().__new__(OperatorLikelihood)
         return super().__new__(cls)
@@ -117,7 +117,7 @@ class WeakLikelihood:
         self.sigma, self.sigma_estimated = self._sigma(sigma)
         self._linear_mode = linear
         self._max_precompute = max_precompute_bytes
-        self._linear_cache: _linear.LinearForm | None = None
+        self._linear_cache: linear_form.LinearForm | None = None
         self._correction: dict | None = None
 
     # --- set-up --------------------------------------------------------------------------
@@ -199,10 +199,10 @@ class WeakLikelihood:
             l_c(p) = r' S(p)^-1 r / 2 - tilt' (p - reference) + l_0,
 
         the quadratic form without the log-determinant, tilted by the constant ``tilt`` (the
-        estimated mean of its score, :func:`pymc_wendy.bias.score_mean`), with
+        estimated mean of its score, :func:`pymc_wendy.weak.bias.score_mean`), with
         ``l_0 = (log det S(reference) + n log 2 pi) / 2`` so that ``l_c`` and ``l`` agree at
         ``reference``. The noise level is held at ``sigma``. Built by
-        :func:`pymc_wendy.bias.corrected_likelihood`; see ``docs/bias.md``.
+        :func:`pymc_wendy.weak.bias.corrected_likelihood`; see ``docs/bias.md``.
         """
         if self._correction is not None:
             raise ValueError("this likelihood is already bias-corrected")
@@ -263,7 +263,7 @@ class WeakLikelihood:
         return out
 
     # The three hooks below are all that depends on the form of the weak residual; the
-    # operator form of higher-order and forced models (pymc_wendy.higher_order) replaces them.
+    # operator form of higher-order and forced models (pymc_wendy.weak.operator) replaces them.
     def _evaluation(self, p: np.ndarray, s2: np.ndarray, diag: float | None = None):
         """Residual, covariance factor and value at ``p`` (``diag``: see kernels.evaluate)."""
         F, Ju = self._derivs(p, "f", "f_u")
@@ -283,18 +283,18 @@ class WeakLikelihood:
 
     def _linear_coefficients(self, s2e: np.ndarray):
         """``(r0, G, A)`` of the linear-in-parameters form for effective variances ``s2e``."""
-        return _linear._coefficients(self, s2e)
+        return linear_form._coefficients(self, s2e)
 
-    def _linear_form(self, s2: np.ndarray) -> _linear.LinearForm | None:
+    def _linear_form(self, s2: np.ndarray) -> linear_form.LinearForm | None:
         if self._linear_mode == "general" or not self.model.is_linear_in_params:
             return None
         cache = self._linear_cache
         if cache is not None and np.array_equal(cache.s2_raw, s2):
             return cache
-        need = _linear.precompute_bytes(self.K, self.model.n_states, self.model.n_params)
+        need = linear_form.precompute_bytes(self.K, self.model.n_states, self.model.n_params)
         if self._linear_mode == "auto" and need > self._max_precompute:
             return None
-        self._linear_cache = _linear.LinearForm.build(self, s2)
+        self._linear_cache = linear_form.LinearForm.build(self, s2)
         return self._linear_cache
 
     def residual(self, p) -> np.ndarray:

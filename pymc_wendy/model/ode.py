@@ -29,7 +29,7 @@ from functools import cached_property
 import numpy as np
 import sympy as sp
 
-from pymc_wendy import _codegen
+from pymc_wendy.model import codegen
 
 __all__ = ["ODEModel", "ODEDefinitionError"]
 
@@ -446,7 +446,7 @@ class ODEModel:
     def has_operator_terms(self) -> bool:
         """True for models of order > 1 or with inputs: their weak residual carries
         parameter-dependent derivative operators and input integrals
-        (:mod:`pymc_wendy.higher_order`), not only the pointwise ``Phi f + dPhi U``."""
+        (:mod:`pymc_wendy.weak.operator`), not only the pointwise ``Phi f + dPhi U``."""
         return any(q > 1 for q in self.orders) or bool(self.inputs)
 
     @property
@@ -560,10 +560,10 @@ class ODEModel:
     def _compiled(self, which: str, style: str = "numpy") -> Callable:
         fn = self._functions.get((which, style))
         if fn is None:
-            entries = _codegen.nonzero_entries(
+            entries = codegen.nonzero_entries(
                 np.array(self._jacobians[which].tolist(), dtype=object)
             )
-            fn = _codegen.generate(
+            fn = codegen.generate(
                 f"_{which}", entries, t=self._t, u=self._u, p=self._p, style=style
             )
             if style == "loop":
@@ -694,8 +694,8 @@ class ODEModel:
                 arr = exprs
             else:
                 arr = sp.derive_by_array(exprs, y if which == "jac" else model._p).transpose()
-            entries = _codegen.nonzero_entries(np.array(arr.tolist(), dtype=object))
-            return _codegen.generate(
+            entries = codegen.nonzero_entries(np.array(arr.tolist(), dtype=object))
+            return codegen.generate(
                 f"_companion_{which}",
                 entries,
                 t=model._t,

@@ -19,7 +19,7 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
                     (:func:`pymc_wendy.sample_sft`, default ladder).
 ``laplace``         posterior mean and equal-tailed interval of the Laplace approximation at
                     the posterior mode (:func:`pymc_wendy.laplace`).
-``mle+analytic``    a bias correction (:mod:`pymc_wendy.bias`) appended to ``mle``, ``nuts``
+``mle+analytic``    a bias correction (:mod:`pymc_wendy.weak.bias`) appended to ``mle``, ``nuts``
                     or ``laplace`` with ``+``: ``mle+analytic-hessian``, ``nuts+profile``.
 ==================  ===========================================================================
 
@@ -57,7 +57,8 @@ from scipy import stats
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
-from pymc_wendy.problems import Problem, SimulationError, get_problem, solve
+from pymc_wendy.model.simulate import SimulationError, solve
+from pymc_wendy.problems.catalogue import Problem, get_problem
 
 __all__ = ["default_priors", "open_coverage", "run_coverage", "summarize", "to_table"]
 
@@ -72,8 +73,8 @@ def _parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
     """``{label: (estimator, covariance kind or None)}``, validated, in the given order."""
     if isinstance(methods, str):
         methods = [methods]
-    from pymc_wendy.bias import resolve
     from pymc_wendy.estimators import registry
+    from pymc_wendy.weak.bias import resolve
 
     fit_kinds = {m: registry.kinds(m) for m in registry.names()}
     out: dict[str, tuple[str, str | None]] = {}
@@ -225,7 +226,7 @@ def _frequentist(task: _Task, data, record: dict) -> None:
     import warnings
 
     from pymc_wendy.estimators import fit
-    from pymc_wendy.results import FitWarning
+    from pymc_wendy.estimators.results import FitWarning
 
     prob = task.problem
     options = dict(task.fit_options)
@@ -277,8 +278,8 @@ def default_priors(problem: Problem):
 def _bayes(task: _Task, data, record: dict) -> None:
     import pymc as pm
 
-    from pymc_wendy.distribution import WeakODELikelihood
-    from pymc_wendy.sampling import laplace, sample
+    from pymc_wendy.bayes.distribution import WeakODELikelihood
+    from pymc_wendy.bayes.sampling import laplace, sample
 
     prob = task.problem
     method, correction = _split(task.estimator)
@@ -289,7 +290,7 @@ def _bayes(task: _Task, data, record: dict) -> None:
         import warnings
 
         from pymc_wendy.estimators import fit
-        from pymc_wendy.results import FitWarning
+        from pymc_wendy.estimators.results import FitWarning
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FitWarning)
@@ -328,7 +329,7 @@ def _bayes(task: _Task, data, record: dict) -> None:
         if method == "sft":
             import warnings
 
-            from pymc_wendy.tempering import SFTWarning, sample_sft
+            from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", SFTWarning)  # the record keeps R-hat and ESS

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.problems import SimulationError, _integrate, _vector_field, solve
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
 __all__ = ["DEFAULT_SOLVER", "OutputErrorFit", "ResidualNoise", "output_error", "residual_noise"]
 
@@ -106,7 +106,7 @@ def _compile_sensitivity_rhs(model: ODEModel):
 def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
     """``(rhs(s, y), breaks)`` of the companion state of a model with derivative terms or
     inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``."""
-    f, f_u, breaks, f_p = _vector_field(model, p, inputs, t, jac_p=True)
+    f, f_u, breaks, f_p = vector_field(model, p, inputs, t, jac_p=True)
     n, J = len(model.companion_states), model.n_params
 
     def rhs(s, y):
@@ -147,7 +147,7 @@ class _Problem:
                 rhs, breaks = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
             else:
                 rhs, breaks = (lambda s, y: self.rhs(s, y, p)), None
-            Y = _integrate(
+            Y = integrate(
                 rhs,
                 y0,
                 self.t,
@@ -309,7 +309,7 @@ class _InitialState:
     def __init__(self, model: ODEModel, t, X, noise: str, p, n: int, opts: dict, inputs):
         self.t, self.X, self.log = t[:n], X[:n], noise == "lognormal"
         self.cols, self.name, self.opts = model.observed_columns, model.name, opts
-        self.rhs, self.jac, self.breaks = _vector_field(model, np.asarray(p, float), inputs, t)
+        self.rhs, self.jac, self.breaks = vector_field(model, np.asarray(p, float), inputs, t)
         self.n0 = len(model.companion_states)
         self._cache: tuple | None = None
 
@@ -325,7 +325,7 @@ class _InitialState:
         u0 = np.exp(x0) if self.log else x0
         y0 = np.concatenate([u0, np.eye(n0).ravel()])
         try:
-            Y = _integrate(
+            Y = integrate(
                 augmented, y0, self.t, method=self.opts["method"], rtol=self.opts["rtol"],
                 atol=self.opts["atol"], max_nfev=self.opts["max_nfev"], name=self.name,
                 breaks=self.breaks,
@@ -391,7 +391,7 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     The initial state is fitted by least squares to every data point with ``p`` held fixed;
     then ``sigma_d^2 = RSS_d / (N - (J + n_0) / D)``, the ``J`` parameters and ``n_0``
     initial values counted as spent degrees of freedom, shared evenly by the ``D`` states.
-    Unlike the high-order filter of :func:`~pymc_wendy.noise.estimate_noise`, it is not
+    Unlike the high-order filter of :func:`~pymc_wendy.weak.noise.estimate_noise`, it is not
     misled by kinks of the solution (an input pulse) and uses every point, which matters on
     short series (21 points leave the 17-point filter 5 values). It assumes the solution at
     ``p`` tracks the data over the whole span (not for chaotic systems over long spans).

@@ -45,7 +45,7 @@ from pymc.blocking import DictToArrayBijection, RaveledVars
 from pytensor.graph.replace import graph_replace
 from scipy import optimize
 
-from pymc_wendy import _threads
+from pymc_wendy._threads import one_blas_thread
 
 __all__ = ["NotPositiveDefinite", "posterior_mode", "to_model_trace", "whitened_model"]
 
@@ -88,7 +88,7 @@ def posterior_mode(
         value, grad = logp_dlogp(x)
         return -float(value), -np.asarray(grad, dtype=float)
 
-    with _threads.one_blas_thread():
+    with one_blas_thread():
         res = optimize.minimize(neg, x0.data, jac=True, method="L-BFGS-B")
         x = res.x
         n = x.size

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.linalg as sla
 
-from pymc_wendy import kernels
+from pymc_wendy.weak import kernels
 
 if TYPE_CHECKING:
-    from pymc_wendy.likelihood import WeakLikelihood
+    from pymc_wendy.weak.likelihood import WeakLikelihood
 
 
 def precompute_bytes(K: int, D: int, J: int) -> int:
@@ -115,7 +115,8 @@ def _coefficients(lik: WeakLikelihood, s2e: np.ndarray):
 
 @dataclass
 class CompiledForm:
-    """Coefficient matrices in the block-sparse layout of :func:`pymc_wendy._compiled.linear`.
+    """Coefficient matrices in the block-sparse layout of
+    :func:`pymc_wendy.backends.numba_kernels.linear`.
 
     Only non-zero K x K blocks ``(d, d2)`` with ``d >= d2`` are kept (S is symmetric and most
     parameters enter one equation, so most blocks of most pairs vanish), each stored transposed

@@ -20,15 +20,15 @@ import numpy as np
 import scipy.linalg as sla
 from scipy import stats
 
-from pymc_wendy import kernels
 from pymc_wendy._threads import single_blas_thread
-from pymc_wendy.likelihood import (
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak import kernels
+from pymc_wendy.weak.likelihood import (
     WeakLikelihood,
     _check_tilt,
     _gls_covariance,
     _inverse_information,
 )
-from pymc_wendy.ode import ODEModel
 
 __all__ = ["JointLikelihood", "diagnose", "same_model"]
 
@@ -174,7 +174,7 @@ class JointLikelihood:
     def corrected(self, method: str, tilt, reference) -> JointLikelihood:
         """A copy whose objective is the bias-corrected one (see
         :meth:`WeakLikelihood.corrected`): the sum of the experiments' quadratic forms, tilted
-        by ``tilt`` (the summed score means, :func:`pymc_wendy.bias.score_mean`)."""
+        by ``tilt`` (the summed score means, :func:`pymc_wendy.weak.bias.score_mean`)."""
         if self.correction_method is not None:
             raise ValueError("this likelihood is already bias-corrected")
         J = self.model.n_params

@@ -16,16 +16,16 @@ has, after ``k`` integrations by parts of every derivative term, the weak residu
     \qquad C_{q,de} = (-1)^q a_{deq} - [d = e,\ q = q_d] (-1)^{q_d},
 
 with ``Phi^(q)`` the weighted ``q``-th derivatives of the test functions on the data grid
-(``ops[q - 1]``) and ``Psi_i = int phi w_i dt`` (exact, :mod:`pymc_wendy.inputs`). A
+(``ops[q - 1]``) and ``Psi_i = int phi w_i dt`` (exact, :mod:`pymc_wendy.model.inputs`). A
 first-order model is the special case ``C_1 = I``, which recovers ``r = Phi F + dPhi U``
-of :mod:`pymc_wendy.kernels`. The noise linearisation is
+of :mod:`pymc_wendy.weak.kernels`. The noise linearisation is
 
 .. math::
 
     L_{(dk),(em)} = \Phi_{km}\, \partial_{x_e} f_d(x_m) + \sum_q C_{q,de}(p)\, \Phi^{(q)}_{km},
 
 now parameter-dependent through ``C`` as well as through ``f``. The same formulas as in
-:mod:`pymc_wendy.kernels` follow with ``L`` held dense (``n = K D`` rows, ``D (M+1)``
+:mod:`pymc_wendy.weak.kernels` follow with ``L`` held dense (``n = K D`` rows, ``D (M+1)``
 columns; for the one- or two-state models this form serves, as cheap as the block layout):
 
     dl/dp_j = a' r_j + <W L Sigma', L_j>,   W = S^-1 - a a'
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg as sla
 
-from pymc_wendy import kernels
+from pymc_wendy.weak import kernels
 
 _LOG_2PI = kernels._LOG_2PI
 

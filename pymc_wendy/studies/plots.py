@@ -86,7 +86,7 @@ def plot_study(summary, metric: str = "coef_error_mean", *, axes=None):
     Parameters
     ----------
     summary : xarray.Dataset
-        Output of :func:`pymc_wendy.coverage.summarize`.
+        Output of :func:`pymc_wendy.studies.coverage.summarize`.
     metric : str
         A summary variable: aggregated (``coef_error_mean``, ``fsim_error_median``,
         ``failure_rate``, ...) or per parameter (``coverage``, ``rel_mse``, ...; then one

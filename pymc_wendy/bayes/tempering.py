@@ -69,7 +69,7 @@ from scipy import stats
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
-from pymc_wendy.op import WeakLogLikelihoodOp
+from pymc_wendy.backends.op import WeakLogLikelihoodOp
 
 __all__ = ["SFTWarning", "sample_sft"]
 
@@ -835,7 +835,7 @@ def sample_sft(
 def _starts(model: pm.Model, initvals, chains: int) -> tuple[list[dict], dict]:
     """Unconstrained start points, one per population, and the reference point (the
     WENDy-MLE where available, whatever the populations' starts)."""
-    from pymc_wendy.sampling import _unconstrained_point, initial_values
+    from pymc_wendy.bayes.sampling import _unconstrained_point, initial_values
 
     if initvals is None or isinstance(initvals, Mapping):
         per_chain = [dict(initvals or {})] * chains

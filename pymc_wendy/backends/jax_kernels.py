@@ -1,15 +1,15 @@
-r"""JAX implementation of :class:`pymc_wendy.op.WeakLogLikelihoodOp`.
+r"""JAX implementation of :class:`pymc_wendy.backends.op.WeakLogLikelihoodOp`.
 
 Registers the Op with pytensor's ``jax_funcify`` so that graphs containing the weak
 likelihood compile with ``mode="JAX"`` and run under PyMC's JAX samplers
-(``pm.sample(nuts_sampler="numpyro")`` / ``"blackjax"``). :mod:`pymc_wendy.op` imports this
+(``pm.sample(nuts_sampler="numpyro")`` / ``"blackjax"``). :mod:`pymc_wendy.backends.op` imports this
 module optionally: without jax installed nothing is registered and nothing else changes.
 
 **Importing this module enables 64-bit JAX** (``jax_enable_x64``), process-wide. The weak
 likelihood needs double precision (``S`` is close to singular at low noise and the ridge is
 ``1e-10``); pytensor's JAX backend does the same when ``floatX`` is ``float64`` (the default).
 
-Formulas (the same as :mod:`pymc_wendy.kernels`, state-major flattening: residual entry
+Formulas (the same as :mod:`pymc_wendy.weak.kernels`, state-major flattening: residual entry
 ``(d, k)`` at ``d*K + k``, columns of ``L`` ``(e, m)`` at ``e*(M+1) + m``)::
 
     r                = vec(Phi F + b)
@@ -59,9 +59,9 @@ import sympy as sp
 from jax.scipy.linalg import solve_triangular
 from pytensor.link.jax.dispatch import jax_funcify
 
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.op import WeakLogLikelihoodOp
+from pymc_wendy.backends.op import WeakLogLikelihoodOp
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak.likelihood import WeakLikelihood
 
 jax.config.update("jax_enable_x64", True)
 

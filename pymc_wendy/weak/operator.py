@@ -5,8 +5,8 @@ by :class:`OperatorLikelihood`, which :class:`~pymc_wendy.WeakLikelihood` return
 public interface (value, gradient, Hessian, covariances, the Op, the PyMC distribution, the
 estimators) is the same. Every derivative ``x^(k)`` is moved onto the test functions by ``k``
 integrations by parts, so only the measured states enter, and each input enters through its
-exact integrals against the test functions (:mod:`pymc_wendy.inputs`). The kernels are in
-:mod:`pymc_wendy._operator`; the choices are in ``docs/higher_order.md``.
+exact integrals against the test functions (:mod:`pymc_wendy.model.inputs`). The kernels are in
+:mod:`pymc_wendy.weak.operator_kernels`; the choices are in ``docs/higher_order.md``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import math
 import numpy as np
 import sympy as sp
 
-from pymc_wendy import _codegen, _operator
-from pymc_wendy.likelihood import WeakLikelihood
-from pymc_wendy.ode import ODEModel
-from pymc_wendy.test_functions import (
+from pymc_wendy.model import codegen
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak import operator_kernels
+from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.test_functions import (
     TestFunctions,
     build_test_functions,
     bump,
@@ -36,7 +37,7 @@ MAX_MOMENT_ERROR = 0.02
 
 class _Coefficients:
     """Generated functions for the operator coefficients ``C(p)``, ``beta(p)`` (module
-    :mod:`pymc_wendy._operator`) and their first and second parameter derivatives."""
+    :mod:`pymc_wendy.weak.operator_kernels`) and their first and second parameter derivatives."""
 
     def __init__(self, model: ODEModel):
         D, J, I = model.n_states, model.n_params, len(model.inputs)
@@ -64,8 +65,8 @@ class _Coefficients:
             ).reshape(*arr.shape, J, J)
             for suffix, a in (("", arr), ("_p", first), ("_pp", second)):
                 self.shapes[name + suffix] = a.shape
-                self._entries[name + suffix] = _codegen.nonzero_entries(a)
-                self._fns[name + suffix] = _codegen.generate(
+                self._entries[name + suffix] = codegen.nonzero_entries(a)
+                self._fns[name + suffix] = codegen.generate(
                     f"_{name}{suffix}",
                     self._entries[name + suffix],
                     t=model._t,
@@ -82,7 +83,7 @@ class _Coefficients:
             import numba  # deferred: only the compiled likelihood needs it
 
             fn = self._numba[name] = numba.njit(
-                _codegen.generate(
+                codegen.generate(
                     f"_{name}",
                     self._entries[name],
                     t=self._syms[0],
@@ -97,14 +98,14 @@ class _Coefficients:
         out = np.zeros((1, *self.shapes[name]))
         return self._fns[name](np.zeros(1), np.zeros((1, 0)), p, out)[0]
 
-    def terms(self, p: np.ndarray, level: int = 0) -> _operator.Terms:
+    def terms(self, p: np.ndarray, level: int = 0) -> operator_kernels.Terms:
         """Coefficients at ``p``; ``level`` 1 adds first, 2 also second derivatives."""
         get = [self._eval(n, p) for n in ("C", "beta")]
         if level >= 1:
             get += [self._eval(n, p) for n in ("C_p", "beta_p")]
         if level >= 2:
             get += [self._eval(n, p) for n in ("C_pp", "beta_pp")]
-        return _operator.Terms(*get)
+        return operator_kernels.Terms(*get)
 
 
 def _coefficients(model: ODEModel) -> _Coefficients:
@@ -172,7 +173,7 @@ class OperatorLikelihood(WeakLikelihood):
 
     Built by ``WeakLikelihood(model, t, U, inputs=...)`` when ``model.has_operator_terms``;
     takes the same arguments. Additive Gaussian noise only. ``inputs`` maps the model's input
-    names to :class:`~pymc_wendy.inputs.Input` objects, callables or values on the data times.
+    names to :class:`~pymc_wendy.model.inputs.Input` objects, callables or values on the data times.
     Test functions must have an analytic form (built by :func:`build_test_functions`), since
     derivatives of order above one are evaluated from it; the default is
     :func:`default_test_functions`.
@@ -207,7 +208,7 @@ class OperatorLikelihood(WeakLikelihood):
         psi = np.stack([w.integrate(tf) for w in self.inputs.values()] or [np.zeros(tf.K)], axis=1)[
             :, : len(self.inputs)
         ]
-        self._data = _operator.Data(
+        self._data = operator_kernels.Data(
             phi=self.phi, ops=ops, OX=np.einsum("qkm,me->qke", ops, self.X), Psi=psi
         )
         self.b = None  # the first-order constant b = dPhi X has no meaning here
@@ -218,14 +219,16 @@ class OperatorLikelihood(WeakLikelihood):
         return super()._test_functions(spec)
 
     # --- the hooks of WeakLikelihood ----------------------------------------------------
-    def _evaluation(self, p, s2, diag=None) -> _operator.Evaluation:
+    def _evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
         F, Ju = self._derivs(p, "f", "f_u")
-        return _operator.evaluate(self._data, F, Ju, self._coeff.terms(p), s2, self.ridge, diag)
+        return operator_kernels.evaluate(
+            self._data, F, Ju, self._coeff.terms(p), s2, self.ridge, diag
+        )
 
     def _gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
         Jp, Jup = self._derivs(p, "f_p", "f_up")
         terms = self._coeff.terms(p, 1)
-        g, gs, BT = _operator.gradient_parts(
+        g, gs, BT = operator_kernels.gradient_parts(
             ev, self._data, Jp, Jup, terms, self.ridge, logdet, sigma2
         )
         return g, gs, (Jp, Jup, BT)
@@ -234,29 +237,31 @@ class OperatorLikelihood(WeakLikelihood):
         Jp, Jup, BT = state
         Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
         terms = self._coeff.terms(p, 2)
-        return _operator.hessian(ev, self._data, Jp, Jup, Jpp, Jupp, terms, BT, logdet, exact)
+        return operator_kernels.hessian(
+            ev, self._data, Jp, Jup, Jpp, Jupp, terms, BT, logdet, exact
+        )
 
     def residual(self, p) -> np.ndarray:
         p = self._p(p)
         (F,) = self._derivs(p, "f")
-        return _operator.residual(self._data, F, self._coeff.terms(p))
+        return operator_kernels.residual(self._data, F, self._coeff.terms(p))
 
     def dr_dp(self, p) -> np.ndarray:
         p = self._p(p)
         (Jp,) = self._derivs(p, "f_p")
-        return _operator.dr_dp(self._data, Jp, self._coeff.terms(p, 1))
+        return operator_kernels.dr_dp(self._data, Jp, self._coeff.terms(p, 1))
 
     def _linear_coefficients(self, s2e: np.ndarray):
-        """``(r0, G, A)`` of the linear-in-parameters form (:mod:`pymc_wendy._linear`):
+        """``(r0, G, A)`` of the linear-in-parameters form (:mod:`pymc_wendy.weak.linear_form`):
         the residual and ``L`` are affine in ``p``, read off at ``p = 0``."""
         J = self.model.n_params
         zero = np.zeros(J)
         F0, Ju0, Jup = self._derivs(zero, "f", "f_u", "f_up")
         terms = self._coeff.terms(zero, 1)
-        r0 = _operator.residual(self._data, F0, terms)
+        r0 = operator_kernels.residual(self._data, F0, terms)
         G = self.dr_dp(zero)
-        La = [_operator.linearisation(self._data, Ju0, terms.C)]
-        La += list(_operator._dL_dp(self._data, Jup, terms))
+        La = [operator_kernels.linearisation(self._data, Ju0, terms.C)]
+        La += list(operator_kernels._dL_dp(self._data, Jup, terms))
         M1 = self.t.size
         sq = np.repeat(np.sqrt(s2e), M1)
         Ls = [x * sq[None, :] for x in La]

@@ -1,6 +1,6 @@
 r"""Likelihood kernels: weak residual, covariance, negative log-likelihood and its derivatives.
 
-Pure array functions; :class:`pymc_wendy.likelihood.WeakLikelihood` binds them to a model and
+Pure array functions; :class:`pymc_wendy.weak.likelihood.WeakLikelihood` binds them to a model and
 data. Notation (BRIEF sec. 2-3): K test functions, D states, M+1 time points, J parameters,
 ``n = K D`` residual entries, flattened **state-major**: entry ``(d, k)`` sits at ``d*K + k``;
 columns of the noise linearisation run over ``(e, m)`` at ``e*(M+1) + m``.

@@ -1,0 +1,19 @@
+"""The ODE model: symbolic right-hand sides, known inputs, generated code, forward solves.
+
+The bottom layer: nothing here knows about weak forms, estimators or PyMC.
+"""
+
+from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
+from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
+
+__all__ = [
+    "Input",
+    "ODEDefinitionError",
+    "ODEModel",
+    "SimulatedData",
+    "SimulationError",
+    "add_noise",
+    "simulate",
+    "solve",
+]

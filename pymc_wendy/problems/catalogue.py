@@ -1,0 +1,500 @@
+"""The benchmark catalogue: the ODE systems of the WENDy papers as :class:`Problem` objects.
+
+The nine systems of WENDy 2023 Table 1 and WENDy-MLE Table 2 (BRIEF.md sec. 8), plus the
+head-acceleration model of seed 004, each with true parameters, initial condition, time span,
+noise model and bounds::
+
+    >>> from pymc_wendy.problems import get_problem
+    >>> data = get_problem("logistic").simulate(noise_ratio=0.1, subsample=2, seed=0)
+    >>> data.U.shape
+    (513, 1)
+
+Data are made with :func:`pymc_wendy.simulate` (:mod:`pymc_wendy.model.simulate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymc_wendy._validation import check_noise_name, check_vector
+from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.simulate import SimulatedData, simulate
+
+__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems"]
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A benchmark ODE problem: model, true parameters, initial condition, time span, noise.
+
+    Attributes
+    ----------
+    name : str
+        Key in :data:`PROBLEMS`.
+    model : ODEModel
+        The system; parameters are named ``p1..pJ`` as in the papers.
+    p_true : ndarray, shape (J,)
+        True parameters (read-only).
+    u0 : ndarray, shape (D,)
+        Initial condition at ``t_span[0]`` (read-only).
+    t_span : (float, float)
+        Time interval.
+    noise : {"normal", "lognormal"}
+        Noise model of the benchmark.
+    bounds : tuple of (float, float), or None
+        Per-parameter search box of the paper, or None if it gives none.
+    stiff : bool
+        Solve with the stiff method (Radau with the analytic Jacobian).
+    reference : str
+        Where the problem comes from.
+    notes : str
+        Choices made where the sources disagree or are silent.
+    inputs : dict or None
+        Known inputs of a forced model (name to :class:`~pymc_wendy.model.inputs.Input`).
+    noise_scale : {"rms", "range"}
+        How ``noise_ratio`` sets the additive noise level (:func:`add_noise`).
+    n_points : int
+        Default size of the simulation grid.
+    """
+
+    name: str
+    model: ODEModel
+    p_true: np.ndarray
+    u0: np.ndarray
+    t_span: tuple[float, float]
+    noise: str
+    bounds: tuple[tuple[float, float], ...] | None
+    stiff: bool
+    reference: str
+    notes: str
+    inputs: dict | None = None
+    noise_scale: str = "rms"
+    n_points: int = 1025
+
+    def __post_init__(self):
+        # The instances in PROBLEMS are shared module state: freeze their arrays so a caller
+        # cannot change the benchmark for everyone else by editing p_true in place.
+        m = self.model
+        p = check_vector(self.p_true, m.n_params, f"{self.name}: p_true", m.params).copy()
+        u0 = check_vector(
+            self.u0, len(m.companion_states), f"{self.name}: u0", m.companion_states
+        ).copy()
+        p.setflags(write=False)
+        u0.setflags(write=False)
+        object.__setattr__(self, "p_true", p)
+        object.__setattr__(self, "u0", u0)
+        object.__setattr__(self, "t_span", (float(self.t_span[0]), float(self.t_span[1])))
+        object.__setattr__(self, "noise", check_noise_name(self.noise))
+        if not self.t_span[1] > self.t_span[0]:
+            raise ValueError(f"{self.name}: t_span must have end > start; got {self.t_span}")
+        if self.bounds is not None:
+            bounds = tuple((float(lo), float(hi)) for lo, hi in self.bounds)
+            if len(bounds) != m.n_params:
+                raise ValueError(
+                    f"{self.name}: {len(bounds)} bounds for {m.n_params} parameters {m.params}"
+                )
+            for name, (lo, hi), v in zip(m.params, bounds, p, strict=True):
+                if not lo < hi or not lo <= v <= hi:
+                    raise ValueError(f"{self.name}: {name} = {v:g} is not inside ({lo:g}, {hi:g})")
+            object.__setattr__(self, "bounds", bounds)
+
+    @property
+    def states(self) -> tuple[str, ...]:
+        """State names."""
+        return tuple(self.model.states)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Parameter names, ``p1..pJ``."""
+        return tuple(self.model.params)
+
+    def simulate(
+        self,
+        *,
+        n_points: int | None = None,
+        subsample: int = 1,
+        noise_ratio: float = 0.1,
+        noise: str | None = None,
+        seed: int | None = None,
+        p=None,
+        u0=None,
+    ) -> SimulatedData:
+        """Simulate a data set of this problem.
+
+        Parameters
+        ----------
+        n_points : int, optional
+            Fine uniform grid on ``t_span``; default ``self.n_points`` (WENDy-MLE: 1025).
+        subsample : int
+            Keep every ``subsample``-th point (papers: 1, 2, 4 -> 1025, 513, 257 points).
+        noise_ratio : float
+            Noise ratio ``nr`` (see :func:`add_noise`).
+        noise : {"normal", "lognormal"}, optional
+            Defaults to the benchmark's noise model ``self.noise``.
+        seed : int, optional
+            Seed of the noise generator.
+        p, u0 : array_like, optional
+            Override the true parameters / initial condition.
+
+        Returns
+        -------
+        SimulatedData
+
+        Notes
+        -----
+        With log-normal noise, grid points where some noise-free state is <= 0 are dropped,
+        because such values cannot be logged; the removed times are listed in
+        ``SimulatedData.dropped_times``. For SIR-TDI, whose initial condition is (1, 0, 0), this
+        removes the initial point only (the solution is positive for t > 0), so the data start
+        one step after ``t_span[0]``. Additive noise keeps every point.
+        """
+        noise = self.noise if noise is None else check_noise_name(noise)
+        return simulate(
+            self.model,
+            self.p_true if p is None else p,
+            self.u0 if u0 is None else u0,
+            self.t_span,
+            n_points=self.n_points if n_points is None else n_points,
+            subsample=subsample,
+            noise=noise,
+            noise_ratio=noise_ratio,
+            seed=seed,
+            stiff=self.stiff,
+            drop_nonpositive=noise == "lognormal",
+            problem=self.name,
+            inputs=self.inputs,
+            noise_scale=self.noise_scale,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Problem {self.name!r}: {self.model.n_states} states {list(self.states)}, "
+            f"{self.model.n_params} params, t in [{self.t_span[0]:g}, {self.t_span[1]:g}], "
+            f"{self.noise} noise{', stiff' if self.stiff else ''}"
+        )
+
+
+# --- the benchmark suite (BRIEF.md sec. 8) -------------------------------------------------
+# Right-hand sides use numpy functions so that ODEModel can trace them symbolically.
+
+
+def _logistic(t, u, p):
+    (x,) = u
+    return [p[0] * x - p[1] * x**2]
+
+
+def _lotka_volterra(t, u, p):
+    x, y = u
+    return [p[0] * x + p[1] * x * y, p[2] * y + p[3] * x * y]
+
+
+def _fitzhugh_nagumo(t, u, p):
+    v, w = u
+    return [p[0] * v + p[1] * v**3 + p[2] * w, p[3] * v + p[4] + p[5] * w]
+
+
+def _hindmarsh_rose(t, u, p):
+    x, y, z = u
+    return [
+        p[0] * y - p[1] * x**3 + p[2] * x**2 - p[3] * z,
+        p[4] - p[5] * x**2 - p[6] * y,
+        p[7] * x + p[8] - p[9] * z,
+    ]
+
+
+def _protein_transduction(t, u, p):
+    s, ds, r, rs, rpp = u
+    mm = rpp / (0.3 + rpp)  # Michaelis-Menten term
+    return [
+        p[0] * s + p[1] * s * r + p[2] * rs,
+        p[3] * s,
+        p[4] * s * r + p[5] * rs + p[6] * mm,
+        p[7] * s * r + p[8] * rs,
+        p[9] * rs + p[10] * mm,
+    ]
+
+
+def _lorenz(t, u, p):
+    x, y, z = u
+    return [p[0] * (y - x), x * (p[1] - z) - y, x * y - p[2] * z]
+
+
+def _goodwin_2d(t, u, p):
+    x, y = u
+    return [p[0] / (36 + p[1] * y) - p[2], p[3] * x - p[4]]
+
+
+def _goodwin_3d(t, u, p):
+    x, y, z = u
+    return [p[0] / (2.15 + p[2] * z ** p[3]) - p[1] * x, p[4] * x - p[5] * y, p[6] * y - p[7] * z]
+
+
+def _sir_tdi(t, u, p):
+    s, i, r = u
+    loss = p[0] * np.exp(-p[0] * p[1]) / (1 - np.exp(-p[0] * p[1]))  # immunity-loss rate
+    delayed = p[3] * (1 - np.exp(-p[4] * t**2))  # time-dependent recovery
+    return [
+        -p[0] * s + p[2] * i + loss * r,
+        p[0] * s - p[2] * i - delayed * i,
+        delayed * i - loss * r,
+    ]
+
+
+def _head_acceleration(t, u, p, w):
+    x, dx = u
+    return [-p[0] * x - p[1] * dx + p[2] * w[0]]
+
+
+def _pnames(j: int) -> list[str]:
+    return [f"p{k}" for k in range(1, j + 1)]
+
+
+_WENDY_2023 = "Bortz, Messenger, Dukic (2023), WENDy, Table 1"
+_WENDY_MLE = "Rummel, Messenger, Becker, Dukic, Bortz (2025), WENDy-MLE, Table 2"
+
+
+def _build(
+    name: str,
+    rhs: Callable,
+    states: list[str],
+    p_true: list[float],
+    u0: list[float],
+    t_span: tuple[float, float],
+    *,
+    noise: str = "normal",
+    bounds: list[tuple[float, float]] | None = None,
+    stiff: bool = False,
+    reference: str,
+    notes: str = "",
+) -> Problem:
+    model = ODEModel(rhs, states=states, params=_pnames(len(p_true)), name=name)
+    return Problem(
+        name=name,
+        model=model,
+        p_true=np.array(p_true, dtype=float),
+        u0=np.array(u0, dtype=float),
+        t_span=t_span,
+        noise=noise,
+        bounds=None if bounds is None else tuple(bounds),
+        stiff=stiff,
+        reference=reference,
+        notes=notes,
+    )
+
+
+def _make_problems() -> dict[str, Problem]:
+    problems = [
+        _build(
+            "logistic",
+            _logistic,
+            ["u"],
+            [1.0, 1.0],
+            [0.01],
+            (0.0, 10.0),
+            bounds=[(0.0, 10.0)] * 2,
+            reference=f"{_WENDY_MLE}; {_WENDY_2023}",
+            notes=(
+                "u' = p1 u - p2 u^2 with p* = (1, 1) as in the authors' code; WENDy-MLE prints "
+                "u' = p1 u + p2 u^2 with p* = (1, -1) (same relative metrics). Exact solution "
+                "u(t) = 1 / (1 + 99 exp(-t))."
+            ),
+        ),
+        _build(
+            "lotka_volterra",
+            _lotka_volterra,
+            ["x", "y"],
+            [3.0, -1.0, -6.0, 1.0],
+            [1.0, 1.0],
+            (0.0, 5.0),
+            reference=_WENDY_2023,
+            notes=(
+                "Prey x, predator y. Conserved: p4 x + p3 log x - p2 y - p1 log y "
+                "(= x - 6 log x + y - 3 log y at p*). No bounds in the paper."
+            ),
+        ),
+        _build(
+            "fitzhugh_nagumo",
+            _fitzhugh_nagumo,
+            ["v", "w"],
+            [3.0, -3.0, 3.0, -1.0 / 3.0, 17.0 / 150.0, 1.0 / 15.0],
+            [0.0, 0.1],
+            (0.0, 25.0),
+            reference=_WENDY_2023,
+            notes="Voltage v, recovery w. No bounds in the paper.",
+        ),
+        _build(
+            "hindmarsh_rose",
+            _hindmarsh_rose,
+            ["x", "y", "z"],
+            [10.0, 10.0, 30.0, 10.0, 10.0, 50.0, 10.0, 0.04, 0.0319, 0.01],
+            [-1.31, -7.6, -0.2],
+            (0.0, 10.0),
+            bounds=[
+                (0.0, 20.0),
+                (0.0, 20.0),
+                (0.0, 60.0),
+                (0.0, 20.0),
+                (0.0, 20.0),
+                (0.0, 100.0),
+                (0.0, 20.0),
+                (0.0, 1.0),
+                (0.0, 1.0),
+                (0.0, 1.0),
+            ],
+            stiff=True,
+            reference=f"{_WENDY_MLE}; {_WENDY_2023}",
+            notes=(
+                "Signs as in the authors' code: y' = p5 - p6 x^2 - p7 y and z' = p8 x + p9 - p10 z "
+                "(WENDy-MLE prints +p7 y; WENDy 2023 writes the same system with all terms added "
+                "and p = (10, -10, 30, -10, 10, -50, -10, 0.04, 0.0319, -0.01)). Bursting, "
+                "slow-fast; marked stiff, so it is solved with Radau and the analytic Jacobian."
+            ),
+        ),
+        _build(
+            "protein_transduction",
+            _protein_transduction,
+            ["S", "dS", "R", "RS", "Rpp"],
+            [-0.07, -0.6, 0.35, 0.07, -0.6, 0.05, 0.017, 0.6, -0.35, 0.3, -0.017],
+            [1.0, 0.0, 1.0, 0.0, 1.0],
+            (0.0, 25.0),
+            reference=_WENDY_2023,
+            notes=(
+                "States S, dS, R, RS, Rpp (Schoeberl et al. 2002 / Vyshemirsky and Girolami "
+                "2008). p7 = 0.017 as in the authors' MATLAB data file; WENDy 2023 Table 1 prints "
+                "0.17, but the rms(vec U*) = 0.81 that the same table prints is reproduced by "
+                "p7 = 0.017 (0.17 gives about 1.20), so the paper's runs used 0.017. No bounds "
+                "in the paper."
+            ),
+        ),
+        _build(
+            "lorenz",
+            _lorenz,
+            ["x", "y", "z"],
+            [10.0, 28.0, 8.0 / 3.0],
+            [2.0, 1.0, 1.0],
+            (0.0, 10.0),
+            bounds=[(0.0, 20.0), (0.0, 35.0), (0.0, 5.0)],
+            reference=_WENDY_MLE,
+            notes=(
+                "Chaotic: solver errors are amplified along the trajectory; at the default "
+                "rtol = 1e-10 the 1025-point truth differs from an rtol = 1e-13 solve by about "
+                "1e-8 (1e-10 relative to max |u|) on [0, 10]."
+            ),
+        ),
+        _build(
+            "goodwin_2d",
+            _goodwin_2d,
+            ["x", "y"],
+            [72.0, 1.0, 2.0, 1.0, 1.0],
+            [7.0, -10.0],
+            (0.0, 60.0),
+            bounds=[(60.0, 80.0), (1.0, 3.0), (0.5, 3.0), (0.5, 3.0), (0.5, 3.0)],
+            reference=_WENDY_MLE,
+            notes="p2* = 1 lies on its lower bound, as in the paper.",
+        ),
+        _build(
+            "goodwin_3d",
+            _goodwin_3d,
+            ["x", "y", "z"],
+            [3.4884, 0.0969, 1.0, 10.0, 0.0969, 0.0581, 0.0969, 0.0775],
+            [0.3617, 0.9137, 1.3934],
+            (0.0, 80.0),
+            noise="lognormal",
+            bounds=[(1.0, 5.0), (0.0, 0.2), (0.0, 2.0), (5.0, 15.0)] + [(0.0, 0.2)] * 4,
+            reference=_WENDY_MLE,
+            notes=(
+                "Eight parameters with p3 = 1 as in the authors' code (WENDy-MLE Table 2 prints "
+                "seven, omitting p3). Hill coefficient p4 = 10. The solution is positive."
+            ),
+        ),
+        _build(
+            "sir_tdi",
+            _sir_tdi,
+            ["S", "I", "R"],
+            [0.2, 1.5, 0.074, 0.113, 0.0024],
+            [1.0, 0.0, 0.0],
+            (0.0, 50.0),
+            noise="lognormal",
+            bounds=[(1e-4, 1.0), (1e-4, 2.0), (1e-4, 1.0), (1e-4, 1.0), (1e-4, 1.0)],
+            reference=_WENDY_MLE,
+            notes=(
+                "p1 = 0.2 as in the authors' code (WENDy-MLE Table 2 prints 1.99, outside its "
+                "own bounds). u(0) = (1, 0, 0) cannot be logged: under log-normal noise "
+                "Problem.simulate drops the initial point (the only one with a state <= 0) and "
+                "records it in SimulatedData.dropped_times. R grows like t^4 at first (about "
+                "8e-11 at the first step of a 1025-point grid), so log-normal data are solved "
+                "with relative error control only."
+            ),
+        ),
+        _head_acceleration_problem(),
+    ]
+    return {prob.name: prob for prob in problems}
+
+
+def _head_acceleration_problem() -> Problem:
+    model = ODEModel(
+        _head_acceleration,
+        states=["x"],
+        params=["beta0", "beta1", "alpha"],
+        order=2,
+        inputs=["u"],
+        name="head_acceleration",
+    )
+    return Problem(
+        name="head_acceleration",
+        model=model,
+        p_true=np.array([0.05, 0.15, 0.39]),
+        u0=np.array([0.0, 0.0]),
+        t_span=(0.0, 60.0),
+        noise="normal",
+        bounds=((0.0, 0.5), (0.0, 1.0), (0.0, 2.0)),
+        stiff=False,
+        reference=(
+            "Carey & Ramsay, Data2LD (seed 004), sec. 5: x'' = -0.05 x - 0.15 x' + 0.39 u, "
+            "u = 1 on [14, 15], x(0) = x'(0) = 0, N = 21, 51, 101 points on [0, 60], noise sd "
+            "sigma * range(x) with sigma = 0.01, 0.05, 0.10"
+        ),
+        notes=(
+            "Second order, one observed state, one known input (a unit pulse). Parameters "
+            "named as in the paper and taken positive (x'' = -beta0 x - beta1 x' + alpha u; "
+            "the extracted text lost the signs). noise_ratio is the paper's sigma: the noise "
+            "sd is noise_ratio * range(x) (noise_scale='range'). Simulate with n_points = N "
+            "(default 101). The bounds are a search box of ours (the paper gives none)."
+        ),
+        inputs={"u": Input.pulse(14.0, 15.0)},
+        noise_scale="range",
+        n_points=101,
+    )
+
+
+PROBLEMS: dict[str, Problem] = _make_problems()
+"""The benchmark problems by name; see :func:`get_problem`."""
+
+
+def list_problems() -> list[str]:
+    """Names of the benchmark problems, in the order of the papers' tables."""
+    return list(PROBLEMS)
+
+
+def get_problem(name: str) -> Problem:
+    """Return a benchmark problem by name.
+
+    Names are matched case-insensitively, with ``-`` or spaces allowed for ``_``
+    (``"Lotka-Volterra"`` finds ``"lotka_volterra"``).
+
+    Raises
+    ------
+    KeyError
+        Unknown name; the message lists the available names.
+    """
+    key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+    try:
+        return PROBLEMS[key]
+    except KeyError:
+        raise KeyError(
+            f"unknown problem {name!r}; available problems: {', '.join(PROBLEMS)}"
+        ) from None

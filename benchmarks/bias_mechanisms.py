@@ -43,7 +43,7 @@ import sympy as sp
 
 import pymc_wendy as pw
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.studies.coverage import _data_seed
+from pymc_wendy.studies.coverage.runners import data_seed as _data_seed
 from pymc_wendy.weak import kernels
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -60,7 +60,8 @@ def mean_corrected(model: ODEModel, sigma2) -> ODEModel:
         out, term = e, e
         for k in range(1, 3):
             term = sp.expand(
-                sum(s2 * sp.diff(term, u, 2) for s2, u in zip(sigma2, model._u, strict=True)) / 2
+                sum(s2 * sp.diff(term, u, 2) for s2, u in zip(sigma2, model.symbols.u, strict=True))
+                / 2
             )
             if term == 0:
                 break
@@ -71,8 +72,8 @@ def mean_corrected(model: ODEModel, sigma2) -> ODEModel:
 
 def _quadratic(lik: WeakLikelihood, p: np.ndarray) -> tuple[float, np.ndarray]:
     """``r' S^-1 r / 2`` and its gradient: ``nll_grad`` without the log-determinant part."""
-    ev = lik._evaluation(p, lik.sigma**2)
-    Jp, Jup = lik._derivs(p, "f_p", "f_up")
+    ev = lik.form.evaluation(p, lik.sigma**2)
+    Jp, Jup = lik.form.derivs(p, "f_p", "f_up")
     g, _, _ = kernels.gradient_parts(ev, lik.phi, Jp, Jup, lik.ridge, logdet=False)
     return 0.5 * float(ev.r @ ev.a), g
 

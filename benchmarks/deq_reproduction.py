@@ -20,7 +20,7 @@ The figures' values are not in the paper's text, so for Figs. 4 and 13 the paper
 findings are printed beside our numbers; Table 1 is compared number by number.
 
 Usage: ``python benchmarks/deq_reproduction.py [--quick] [--reps N] [--table-reps N]``.
-Writes ``benchmarks/results/deq_{lorenz_steps,fhn_steps,table1}[_quick].json``.
+Writes ``benchmarks/results/deq_reproduction/deq_{lorenz_steps,fhn_steps,table1}[_quick].json``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import pymc_wendy as pw
 from pymc_wendy.estimators import deq
 from pymc_wendy.model.simulate import solve
 
-OUT = Path(__file__).parent / "results"
+OUT = Path(__file__).parent / "results" / "deq_reproduction"
 
 LORENZ_P = np.array([10.0, 28.0, 8.0 / 3.0])
 LORENZ_U0 = np.array([-10.0, -1.0, 40.0])

@@ -7,7 +7,7 @@ from the same point (the WENDy-MLE, no jitter) and are sampled in the same run w
 
 * **ours**: ``WeakODELikelihood("U", ode=..., params=p, t=t, observed=U)`` (the numba Op).
 * **plain**: ``pm.Potential("weak", -plain_weak_nll(lik, p, data="shared"))``
-  (``benchmarks/_plain_graph.py``: dense pytensor graph, pytensor autodiff).
+  (:mod:`pymc_wendy.backends.graph`: dense pytensor graph, pytensor autodiff).
 
 Timings:
 
@@ -41,7 +41,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import json  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -52,12 +51,10 @@ import pymc as pm  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 import pymc_wendy  # noqa: E402
+from pymc_wendy.backends.graph import plain_weak_nll  # noqa: E402
 from pymc_wendy.bayes.distribution import WeakODELikelihood  # noqa: E402
 from pymc_wendy.bayes.sampling import initial_values, sample  # noqa: E402
 from pymc_wendy.estimators import wendy_mle  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _plain_graph import plain_weak_nll  # noqa: E402
 
 PROBLEM, N_POINTS, NOISE_RATIO, DATA_SEED = "fitzhugh_nagumo", 513, 0.10, 0
 

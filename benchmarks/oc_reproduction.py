@@ -27,7 +27,7 @@ Run:  python benchmarks/oc_reproduction.py [--quick] [--replicates R] [--familie
       [--cells 200x8,50x8] [--nonneg] [--out PATH]
 
 ``--nonneg`` bounds the rates to ``[0, 1]`` (``fit(bounds=...)``).
-Writes ``benchmarks/results/oc_alpha_pinene[_quick].json``.
+Writes ``benchmarks/results/oc_reproduction/oc_alpha_pinene[_quick].json``.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def main(argv=None) -> int:
     bounds = [(0.0, 1.0)] * 5 if args.nonneg else None
     R = args.replicates or (20 if args.quick else 200)
     families = args.families.split(",")
-    out = Path(args.out) if args.out else Path(__file__).parent / "results" / (
+    out = Path(args.out) if args.out else Path(__file__).parent / "results" / "oc_reproduction" / (
         "oc_alpha_pinene_quick.json" if args.quick else "oc_alpha_pinene.json"
     )  # fmt: skip
     model = alpha_pinene()

@@ -7,28 +7,15 @@ import numpy as np
 import pymc as pm
 import pytensor
 import pytest
+from conftest import central_differences, relative_error
 
 import pymc_wendy as pw
 from pymc_wendy.backends import numba_kernels
 from pymc_wendy.backends.op import weak_loglik
 from pymc_wendy.problems import get_problem
-from pymc_wendy.studies.coverage import _parse_methods
+from pymc_wendy.studies.coverage.methods import parse_methods as _parse_methods
 from pymc_wendy.weak import bias, kernels
 from pymc_wendy.weak.likelihood import WeakLikelihood
-
-
-def _rel(a, b):
-    return np.linalg.norm(np.ravel(a - b)) / np.linalg.norm(np.ravel(b))
-
-
-def _central(fun, x, rel_step=1e-5):
-    cols = []
-    for j in range(x.size):
-        h = rel_step * max(abs(x[j]), 1e-3)
-        e = np.zeros_like(x)
-        e[j] = h
-        cols.append((np.asarray(fun(x + e)) - np.asarray(fun(x - e))) / (2 * h))
-    return np.stack(cols, axis=-1)
 
 
 @pytest.mark.parametrize("name", ["lotka_volterra", "fitzhugh_nagumo", "logistic"])
@@ -64,7 +51,7 @@ def test_score_mean_is_the_exact_second_order_mean(name):
             Xp[i, e] += h
             Xm[i, e] -= h
             exact += 0.5 * lik.sigma[e] ** 2 * (score(Xp) + score(Xm) - 2 * s0) / h**2
-    assert _rel(analytic, exact) < 1e-4
+    assert relative_error(analytic, exact) < 1e-4
 
 
 @pytest.fixture(scope="module", params=["fitzhugh_nagumo", "goodwin_2d"])
@@ -79,18 +66,18 @@ def corrected(request):
 
 def test_corrected_objective_value_gradient_hessian(corrected):
     lik, clik, p = corrected
-    c = clik._correction
+    c = clik.correction
     # its definition: quadratic form minus the tilt, equal to the likelihood at the reference
-    ev = lik._evaluation(p, lik.sigma**2)
-    expected = ev.quadratic - c["tilt"] @ (p - c["reference"]) + c["offset"]
+    ev = lik.form.evaluation(p, lik.sigma**2)
+    expected = ev.quadratic - c.tilt @ (p - c.reference) + c.offset
     assert clik.nll(p) == pytest.approx(expected, rel=1e-12)
-    assert clik.nll(c["reference"]) == pytest.approx(lik.nll(c["reference"]), rel=1e-12)
-    np.testing.assert_array_equal(c["tilt"], bias.score_mean(lik, c["reference"]))
+    assert clik.nll(c.reference) == pytest.approx(lik.nll(c.reference), rel=1e-12)
+    np.testing.assert_array_equal(c.tilt, bias.score_mean(lik, c.reference))
     value, grad = clik.nll_grad(p)
     assert value == pytest.approx(clik.nll(p), rel=1e-12)
-    assert _rel(grad, _central(clik.nll, p)) < 1e-5
+    assert relative_error(grad, central_differences(clik.nll, p)) < 1e-5
     H = clik.hessian(p)
-    assert _rel(H, _central(lambda q: clik.nll_grad(q)[1], p)) < 1e-5
+    assert relative_error(H, central_differences(lambda q: clik.nll_grad(q)[1], p)) < 1e-5
 
 
 @pytest.mark.parametrize("linear", ["auto", "general"])
@@ -100,7 +87,7 @@ def test_compiled_and_op_match_the_numpy_corrected_objective(corrected, linear):
         lik = WeakLikelihood(
             lik.model, lik.t, lik.U, test_functions=lik.test_functions, linear="general"
         )
-        clik = bias.corrected_likelihood(lik, "analytic", clik._correction["reference"])
+        clik = bias.corrected_likelihood(lik, "analytic", clik.correction.reference)
     kernel = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=True)
     nll, gp, _ = kernel(p, clik.sigma**2, 0.0)
     ref, ref_gp = clik.nll_grad(p)
@@ -265,7 +252,7 @@ def test_posterior_mode_is_the_corrected_estimate():
 
 @pytest.mark.filterwarnings("ignore::pymc_wendy.bayes.tempering.SFTWarning")  # 3 rungs, short run
 def test_sample_sft_targets_the_corrected_objective():
-    from pymc_wendy.bayes.tempering import _TemperedModel
+    from pymc_wendy.bayes.tempering.model import _TemperedModel
 
     prob = get_problem("logistic")
     data = prob.simulate(n_points=257, noise_ratio=0.2, seed=2)

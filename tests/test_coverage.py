@@ -10,6 +10,8 @@ import xarray as xr
 
 import pymc_wendy as pw
 from pymc_wendy.studies import coverage as cov
+from pymc_wendy.studies.coverage import pool as cov_pool
+from pymc_wendy.studies.coverage.runners import data_seed
 
 SMALL = {
     "noise_ratios": [0.05, 0.1],
@@ -41,7 +43,7 @@ def test_study_layout_and_reproducibility(serial_study):
     )
     # every run can be reproduced on its own from the documented seed
     prob = pw.get_problem("logistic")
-    seed = cov._data_seed(0, 0.1, 129, 2)
+    seed = data_seed(0, 0.1, 129, 2)
     data = prob.simulate(n_points=129, noise_ratio=0.1, seed=seed)
     res = pw.fit(prob.model, data.t, data.U, bounds=prob.bounds)
     run = ds.sel(estimator="mle-sandwich", noise_ratio=0.1, n_points=129, dataset=2)
@@ -122,7 +124,7 @@ def test_zscores_tell_calibrated_from_narrow_intervals():
 def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
     store = tmp_path / "study"
     calls = []
-    real = cov._run_task
+    real = cov_pool.run_task
 
     def flaky(task):
         if len(calls) == 4:
@@ -130,7 +132,7 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
         calls.append(task.key)
         return real(task)
 
-    monkeypatch.setattr(cov, "_run_task", flaky)
+    monkeypatch.setattr(cov_pool, "run_task", flaky)
     kwargs = {"methods": ["mle", "mle-sandwich", "irls"], "max_workers": 1, "store": store}
     with pytest.raises(KeyboardInterrupt):
         cov.run_coverage("logistic", **kwargs, **SMALL)
@@ -147,7 +149,7 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
     with (store / "runs.jsonl").open("a") as fh:
         fh.write(lines[0][: len(lines[0]) // 2])
     calls.clear()
-    monkeypatch.setattr(cov, "_run_task", lambda t: (calls.append(t.key), real(t))[1])
+    monkeypatch.setattr(cov_pool, "run_task", lambda t: (calls.append(t.key), real(t))[1])
     ds = cov.run_coverage("logistic", **kwargs, **SMALL)
     assert len(calls) == 2 * 2 * 3 - 4  # only the rest ran (2 estimators x 2 noise x 3 sets)
     xr.testing.assert_allclose(
@@ -195,7 +197,7 @@ def test_dask_executor_gives_the_same_runs(serial_study):
 def test_default_process_pool(monkeypatch):
     # one run per worker before the pool is replaced: 5 runs go through 3 pools, and give
     # the same results as in this process
-    monkeypatch.setattr(cov, "_TASKS_PER_WORKER", 1)
+    monkeypatch.setattr(cov_pool, "_TASKS_PER_WORKER", 1)
     kwargs = {"methods": ["wls"], "noise_ratios": [0.1], "n_points": [65], "n_datasets": 5}
     ds = cov.run_coverage("logistic", max_workers=2, progress=True, **kwargs)
     assert ds.attrs["n_done"] == 5 and bool(ds["success"].all())

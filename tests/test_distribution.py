@@ -7,6 +7,7 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 import pytest
+from conftest import relative_error
 
 import pymc_wendy as pmw
 from pymc_wendy.bayes.distribution import WeakODELikelihood, estimate_initial_state
@@ -30,10 +31,6 @@ def _model(prob, data, prior="normal", **kwargs):
     return model
 
 
-def _rel(a, b):
-    return np.linalg.norm(a - b) / np.linalg.norm(b)
-
-
 def _interval(idata, var, prob):
     q = idata.posterior[var].quantile([(1 - prob) / 2, (1 + prob) / 2], dim=("chain", "draw"))
     return q.values[0], q.values[1]
@@ -55,9 +52,9 @@ def test_find_map_with_flat_priors_is_the_wendy_mle(name, noise_ratio, bound):
             initvals=start, progressbar=False, jitter=False, return_inferencedata=False
         )
     mle = wendy_mle(lik).x
-    assert _rel(start["p"], mle) > 1e-3
-    assert _rel(point["p"], mle) < 1e-4
-    assert _rel(point["p"], data.p_true) < bound
+    assert relative_error(start["p"], mle) > 1e-3
+    assert relative_error(point["p"], mle) < 1e-4
+    assert relative_error(point["p"], data.p_true) < bound
 
 
 @pytest.mark.parametrize(("name", "n_points"), [("logistic", 257), ("lotka_volterra", 129)])
@@ -197,7 +194,7 @@ def test_initial_values_are_the_wendy_estimate_where_allowed():
         WeakODELikelihood("W", ode=prob.model, params=r, t=data.t, observed=data.U)
     start = pmw.initial_values(model)
     assert set(start) == {"p", "s", "r0", "r1", "r2", "r3"}
-    assert _rel(start["p"], data.p_true) < 0.05
+    assert relative_error(start["p"], data.p_true) < 0.05
     assert np.allclose(start["s"], model["U"].owner.op.likelihood.sigma)
     assert np.allclose([start[f"r{j}"] for j in range(4)], start["p"])
     # nothing is stored on the model, so SMC still starts from prior draws
@@ -281,3 +278,25 @@ def test_sample_runs_chains_on_every_usable_cpu(monkeypatch):
     with _model(prob, data):
         pmw.sample(10, whiten=False)
     assert [kw["cores"] for kw in seen] == [3, 1, 4]
+
+
+def test_predictive_draws_use_their_own_data_set():
+    """Two models of the same sizes: the second's draws must solve from its own estimated
+    initial state (pytensor keyed compiled draw functions by the op's text, which does not
+    identify the data, so the second model reused the first one's object-mode callback)."""
+    import xarray as xr
+
+    prob = get_problem("lotka_volterra")
+    draws, data = [], []
+    for u0 in ([1.0, 1.0], [2.0, 0.5]):
+        d = pmw.simulate(prob.model, prob.p_true, u0=u0, t_span=(0, 5), n_points=101,
+                         noise_ratio=0.01, seed=0)  # fmt: skip
+        with pm.Model():
+            p = pm.Normal("p", prob.p_true, 0.01)
+            WeakODELikelihood("U", ode=prob.model, params=p, sigma=0.05, t=d.t, observed=d.U)
+            post = xr.Dataset({"p": (("chain", "draw", "p_dim_0"), prob.p_true[None, None])})
+            pp = pm.sample_posterior_predictive(post, random_seed=1, progressbar=False)
+        draws.append(pp.posterior_predictive["U"].values[0, 0])
+        data.append(d.U)
+    for own, other, draw in ((0, 1, draws[0]), (1, 0, draws[1])):
+        assert np.abs(draw - data[own]).mean() < 0.2 * np.abs(draw - data[other]).mean()

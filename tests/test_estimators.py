@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import xarray as xr
+from conftest import central_differences
 
 import pymc_wendy as pw
 from pymc_wendy.estimators import output_error, wendy_mle
@@ -235,12 +236,7 @@ def test_sensitivity_jacobian_matches_finite_differences():
     p = output_error._Problem(prob.model, data.t, data.U, False, 1 / sigma, solver)
     theta = np.concatenate([prob.p_true * 1.1, prob.u0 + 0.05])
     Jac = p.jacobian(theta)
-    fd = np.empty_like(Jac)
-    for k in range(theta.size):
-        h = 1e-6 * max(1.0, abs(theta[k]))
-        e = np.zeros_like(theta)
-        e[k] = h
-        fd[:, k] = (p.residual(theta + e) - p.residual(theta - e)) / (2 * h)
+    fd = central_differences(p.residual, theta, 1e-6, floor=1.0)
     np.testing.assert_allclose(Jac, fd, rtol=1e-4, atol=1e-4 * np.abs(fd).max())
 
 

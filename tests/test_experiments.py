@@ -7,9 +7,10 @@ import warnings
 import numpy as np
 import pytest
 import scipy.linalg as sla
+from conftest import central_differences
 
 import pymc_wendy as pw
-from pymc_wendy.studies.coverage import _data_seed
+from pymc_wendy.studies.coverage.runners import data_seed as _data_seed
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.test_functions import build_test_functions
 
@@ -75,15 +76,6 @@ def test_joint_value_gradient_hessian_are_the_stacked_ones(lv_data):
     assert joint.n_residuals == single.n_residuals
 
 
-def _fd_grad(f, p, h=1e-6):
-    g = np.empty(p.size)
-    for j in range(p.size):
-        e = np.zeros(p.size)
-        e[j] = h * max(abs(p[j]), 1.0)
-        g[j] = (f(p + e) - f(p - e)) / (2 * e[j])
-    return g
-
-
 @pytest.mark.parametrize("corrected", [False, True], ids=["mle", "bias-corrected"])
 def test_joint_derivatives_against_finite_differences(corrected):
     # FitzHugh-Nagumo is nonlinear in the states (the correction's tilt is non-zero)
@@ -96,9 +88,10 @@ def test_joint_derivatives_against_finite_differences(corrected):
         joint = pw.bias.corrected_likelihood(joint, "analytic", FHN.p_true)
         assert np.linalg.norm(joint.tilt) > 0
     g = joint.nll_grad(p)[1]
-    np.testing.assert_allclose(g, _fd_grad(joint.nll, p), rtol=1e-5, atol=1e-6 * abs(g).max())
+    g_fd = central_differences(joint.nll, p, 1e-6, floor=1.0)
+    np.testing.assert_allclose(g, g_fd, rtol=1e-5, atol=1e-6 * abs(g).max())
     H = joint.hessian(p)
-    H_fd = np.array([_fd_grad(lambda q, j=j: joint.nll_grad(q)[1][j], p) for j in range(p.size)])
+    H_fd = central_differences(lambda q: joint.nll_grad(q)[1], p, 1e-6, floor=1.0)
     np.testing.assert_allclose(H, H_fd, rtol=1e-5, atol=1e-6 * abs(H).max())
     if not corrected:
         value, gp, gs = joint.nll_grad_sigma2(p)
@@ -274,12 +267,7 @@ def test_joint_output_error_residual_jacobian_and_optimum(lv_data):
     theta = np.concatenate([fit.p, fit.u0.ravel()])
     r = stacked(theta)
     assert fit.cost == pytest.approx(0.5 * r @ r, rel=1e-5)
-    fd = np.empty_like(fit.jacobian)
-    for k in range(theta.size):
-        h = 1e-6 * max(abs(theta[k]), 1.0)
-        e = np.zeros_like(theta)
-        e[k] = h
-        fd[:, k] = (stacked(theta + e) - stacked(theta - e)) / (2 * h)
+    fd = central_differences(stacked, theta, 1e-6, floor=1.0)
     np.testing.assert_allclose(fit.jacobian, fd, rtol=1e-4, atol=1e-5 * np.abs(fd).max())
     # first-order optimality of the joint fit, every block (p and each u0)
     g = fd.T @ r

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import central_differences
 from scipy import integrate
 
 import pymc_wendy as pw
@@ -12,7 +13,7 @@ from pymc_wendy.backends import numba_kernels
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEDefinitionError
 from pymc_wendy.weak import kernels, operator_kernels
-from pymc_wendy.weak.operator import OperatorLikelihood, moment_error
+from pymc_wendy.weak.operator import OperatorForm, moment_error
 
 HEAD = pw.get_problem("head_acceleration")
 
@@ -144,7 +145,7 @@ def test_grid_input_is_piecewise_linear_and_must_cover_the_data():
 def test_second_order_residual_matches_hand_derived():
     d = HEAD.simulate(noise_ratio=0.05, seed=3)
     lik = pw.WeakLikelihood(HEAD.model, d.t, d.U, inputs=d.inputs)
-    assert isinstance(lik, OperatorLikelihood) and isinstance(lik, pw.WeakLikelihood)
+    assert isinstance(lik.form, OperatorForm) and isinstance(lik, pw.WeakLikelihood)
     tf = lik.test_functions
     x = d.U[:, 0]
     psi = d.inputs["u"].integrate(tf)
@@ -187,10 +188,10 @@ def test_first_order_operator_kernels_reduce_to_the_standard_ones():
         C_pp=np.zeros((1, D, D, J, J)),
         beta_pp=np.zeros((D, 0, J, J)),
     )
-    F, Ju, Jp, Jup, Jpp, Jupp = lik._derivs(p, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
+    F, Ju, Jp, Jup, Jpp, Jupp = lik.form.derivs(p, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
     s2 = lik.sigma**2
     ev_o = operator_kernels.evaluate(data, F, Ju, terms, s2, lik.ridge)
-    ev_k = kernels.evaluate(lik.phi, lik.dphi, lik.b, F, Ju, s2, lik.ridge)
+    ev_k = kernels.evaluate(lik.phi, lik.dphi, lik.form.b, F, Ju, s2, lik.ridge)
     assert ev_o.nll == pytest.approx(ev_k.nll, rel=1e-12)
     g_o, gs_o, BT = operator_kernels.gradient_parts(ev_o, data, Jp, Jup, terms, lik.ridge)
     g_k, gs_k, B = kernels.gradient_parts(ev_k, lik.phi, Jp, Jup, lik.ridge)
@@ -208,21 +209,10 @@ def test_gradient_and_hessian_against_finite_differences(linear):
     lik = pw.WeakLikelihood(HEAD.model, d.t, d.U, inputs=d.inputs, linear=linear)
     p = HEAD.p_true * np.array([1.1, 0.9, 1.05])
     _, g = lik.nll_grad(p)
-    h = 1e-6 * np.abs(p)
-    fd = np.array(
-        [
-            (lik.nll(p + hi * e) - lik.nll(p - hi * e)) / (2 * hi)
-            for hi, e in zip(h, np.eye(3), strict=True)
-        ]
-    )
+    fd = central_differences(lik.nll, p, 1e-6, floor=0.0)  # steps 1e-6 |p_j|
     np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6 * np.abs(g).max())
     H = lik.hessian(p)
-    Hfd = np.array(
-        [
-            (lik.nll_grad(p + hi * e)[1] - lik.nll_grad(p - hi * e)[1]) / (2 * hi)
-            for hi, e in zip(h, np.eye(3), strict=True)
-        ]
-    )
+    Hfd = central_differences(lambda q: lik.nll_grad(q)[1], p, 1e-6, floor=0.0).T
     np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
 
 
@@ -281,22 +271,17 @@ def test_fixed_step_and_spline_estimators_refuse_higher_order_models():
 def test_output_error_sensitivities_of_the_companion_system():
     """The forward sensitivities of the companion state (with the pulse) against central
     differences of the residual, for the nonlinear model."""
-    from pymc_wendy.estimators.output_error import _polynomial_start, _Problem
+    from pymc_wendy.estimators.output_error import _Problem, polynomial_start
 
     p, t, U, pulse = _nonlinear_data(n=41)
     X = U[:, None]
     prob = _Problem(NONLINEAR, t, X, False, np.array([100.0]), {
         "method": "LSODA", "rtol": 1e-10, "atol": 1e-12, "max_nfev": 100_000
     }, {"u": pulse})  # fmt: skip
-    theta = np.concatenate([p * 1.1, _polynomial_start((2,), t, X)])
+    theta = np.concatenate([p * 1.1, polynomial_start((2,), t, X)])
     J = prob.jacobian(theta)
     assert J.shape == (41, 5)
-    fd = np.empty_like(J)
-    for k in range(theta.size):
-        h = 1e-4 * max(abs(theta[k]), 0.1)  # above the solver-noise level
-        e = np.zeros(theta.size)
-        e[k] = h
-        fd[:, k] = (prob.residual(theta + e) - prob.residual(theta - e)) / (2 * h)
+    fd = central_differences(prob.residual, theta, 1e-4, floor=0.1)  # above the solver noise
     np.testing.assert_allclose(J, fd, rtol=1e-4, atol=1e-6 * np.abs(J).max())
 
 
@@ -344,11 +329,11 @@ def test_recovery_head_acceleration_n101_sigma001():
 def test_initial_state_fit_recovers_the_companion_state():
     """The variational-equation Jacobian drives the initial-state fit to the truth on
     noise-free data (the nonlinear model, started away from rest)."""
-    from pymc_wendy.estimators.output_error import _fit_initial_state
+    from pymc_wendy.estimators.output_error import fit_initial_state
 
     p, t, _, pulse = _nonlinear_data()
     X = pw.solve(NONLINEAR, p, [0.1, 0.0], t, inputs={"u": pulse})[:, :1]
-    u0 = _fit_initial_state(NONLINEAR, t, X, "normal", p, inputs={"u": pulse}, n=t.size)
+    u0 = fit_initial_state(NONLINEAR, t, X, "normal", p, inputs={"u": pulse}, n=t.size)
     assert np.allclose(u0, [0.1, 0.0], atol=1e-5)
 
 

@@ -122,7 +122,7 @@ def test_sandwich_variance_matches_monte_carlo(family):
 # --- (3) analytic derivatives against finite differences ------------------------------------
 def _conditions(model, t, U, p, family="sine", L=5):
     proxy = oc._fit_proxy(t, U, 3)
-    tq, wq = oc._quadrature(t[0], t[-1], np.concatenate([s.t for s in proxy.splines]), 32, 8)
+    tq, wq = oc._nodes(t[0], t[-1], np.concatenate([s.t for s in proxy.splines]), 32, 8)
     Phi, dPhi = oc._test_functions(family, L, t[0], t[-1], tq, wq)
     return oc._Conditions(model, proxy, Phi, dPhi, tq, wq)
 
@@ -154,8 +154,8 @@ def test_jacobians_match_finite_differences(family):
 
 def test_test_functions_are_orthonormal_and_vanish_at_the_ends():
     t0, t1 = 0.0, 7.0
-    tq, wq = oc._quadrature(t0, t1, oc._bspline_test_knots(t0, t1, 6), 64, 8)
-    for family in oc.FAMILIES:
+    tq, wq = oc._nodes(t0, t1, oc._test_breaks("bspline", [6], t0, t1), 64, 8)
+    for family in oc.usable_families():
         Phi, dPhi = oc._test_functions(family, 6, t0, t1, tq, wq)
         np.testing.assert_allclose((Phi * wq) @ Phi.T, np.eye(6), atol=1e-10)
         # int phi' = phi(t1) - phi(t0) = 0, the integration by parts without boundary term

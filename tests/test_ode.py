@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import sympy
+from conftest import central_differences
 
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
 
@@ -36,28 +37,20 @@ def _points(D, n=7, seed=0, low=0.2, high=1.5):
     return np.linspace(0.5, 20, n), rng.uniform(low, high, size=(n, D))
 
 
-def _fd(fun, x, h=1e-6):
-    """Central differences of an array-valued fun along each entry of x (new last axis)."""
-    cols = []
-    for j in range(x.size):
-        e = np.zeros_like(x)
-        e[j] = h * max(1.0, abs(x[j]))
-        cols.append((fun(x + e) - fun(x - e)) / (2 * e[j]))
-    return np.stack(cols, axis=-1)
-
-
 @pytest.mark.parametrize("model,p", [(G3, P_G3), (SIR, P_SIR)])
 def test_derivatives_match_finite_differences(model, p):
     t, U = _points(model.n_states)
     # df/du: differentiate the f rows one state at a time
     f_u = model.evaluate("f_u", t, U, p)
     for m in range(t.size):
-        num = _fd(lambda u, m=m: model(t[m], u, p), U[m])
+        num = central_differences(lambda u, m=m: model(t[m], u, p), U[m], 1e-6, floor=1.0)
         np.testing.assert_allclose(f_u[m], num, rtol=1e-6, atol=1e-9)
     pairs = [("f", "f_p"), ("f_u", "f_up"), ("f_p", "f_pp"), ("f_up", "f_upp")]
     for base, deriv in pairs:
         analytic = model.evaluate(deriv, t, U, p)
-        numeric = _fd(lambda q, base=base: model.evaluate(base, t, U, q), p)
+        numeric = central_differences(
+            lambda q, base=base: model.evaluate(base, t, U, q), p, 1e-6, floor=1.0
+        )
         np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-8, err_msg=deriv)
 
 

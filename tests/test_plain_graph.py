@@ -1,9 +1,6 @@
-"""The plain-pytensor reference likelihood (benchmarks/_plain_graph.py) against the numpy one."""
+"""The plain-pytensor reference likelihood (pymc_wendy.backends.graph) against the numpy one."""
 
 from __future__ import annotations
-
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytensor
@@ -12,12 +9,8 @@ import pytest
 import sympy as sp
 
 from pymc_wendy import get_problem
+from pymc_wendy.backends import graph as plain
 from pymc_wendy.weak.likelihood import WeakLikelihood
-
-_PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "_plain_graph.py"
-_spec = importlib.util.spec_from_file_location("_plain_graph", _PATH)
-plain = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plain)
 
 #: Python linker: same graph and numerics without numba compilation (~20 s per new graph, and
 #: ~2 min for the first one on an empty cache). ``test_numba_backend`` covers the numba backend.

@@ -6,7 +6,7 @@ import pytest
 import pymc_wendy as pw
 from pymc_wendy.estimators import registry
 from pymc_wendy.estimators.results import FitResult
-from pymc_wendy.studies.coverage import _parse_methods
+from pymc_wendy.studies.coverage.methods import parse_methods as _parse_methods
 
 
 @pytest.fixture

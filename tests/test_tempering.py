@@ -343,7 +343,7 @@ def test_low_swap_acceptance_warns_with_the_rungs_that_fix_it():
     through the barrier-per-pair map)."""
     import re
 
-    from pymc_wendy.bayes.tempering import _barrier_per_pair
+    from pymc_wendy.bayes.tempering.diagnostics import _barrier_per_pair
 
     d = 4
     y = np.random.default_rng(1).normal(3.0, 1.0, 2000)

@@ -8,7 +8,6 @@ import pytest
 from pymc_wendy.weak.test_functions import (
     RadiusSelection,
     TestFunctions,
-    _corner,
     build_test_functions,
     bump,
     bump_derivative,
@@ -16,6 +15,7 @@ from pymc_wendy.weak.test_functions import (
     quadrature_weights,
     select_min_radius,
 )
+from pymc_wendy.weak.test_functions.radius import _corner
 
 T_END = 10.0
 

@@ -77,14 +77,13 @@ def jax_array_function(model: ODEModel, which: str) -> Callable:
     (n,), ``X`` shape (n, D), ``p`` shape (J,). Entries that do not depend on the time point
     (constants, pure parameter terms) are broadcast over the n rows.
     """
-    if which not in model._jacobians:
-        raise ValueError(f"unknown derivative {which!r}")
-    arr = np.asarray(model._jacobians[which].tolist(), dtype=object)
+    arr = np.asarray(model.derivative_expressions(which).tolist(), dtype=object)
     shape = arr.shape
     exprs = [sp.sympify(e) for e in arr.ravel()]
     D, J = model.n_states, model.n_params
+    sym = model.symbols
     fn = sp.lambdify(
-        [model._t, list(model._u), list(model._p)], exprs, modules="jax", cse=True, dummify=True
+        [sym.t, list(sym.u), list(sym.p)], exprs, modules="jax", cse=True, dummify=True
     )
 
     def evaluate(t, X, p):
@@ -104,9 +103,14 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
     come (NaN or inf); :func:`jax_loglik_functions` masks them.
     """
     model = lik.model
+    if lik.form.kind != "general":
+        raise NotImplementedError(
+            f"{model.name}: the JAX backend covers first-order models without inputs; use the "
+            "default (numba) backend for models of order > 1 or with inputs"
+        )
     D = model.n_states
     phi = jnp.asarray(lik.phi, dtype=jnp.float64)
-    b = jnp.asarray(lik.b, dtype=jnp.float64)
+    b = jnp.asarray(lik.form.b, dtype=jnp.float64)
     t = jnp.asarray(lik.t, dtype=jnp.float64)
     X = jnp.asarray(lik.X, dtype=jnp.float64)
     K, M1 = lik.phi.shape
@@ -120,11 +124,11 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
     )
     ridge_eye = ridge * jnp.eye(n)
     const = n * _LOG_2PI
-    corr = lik._correction  # bias-corrected objective: quadratic form minus a linear tilt
+    corr = lik.correction  # bias-corrected objective: quadratic form minus a linear tilt
     if corr is not None:
-        tilt = jnp.asarray(corr["tilt"], dtype=jnp.float64)
-        ref = jnp.asarray(corr["reference"], dtype=jnp.float64)
-        offset = float(corr["offset"])
+        tilt = jnp.asarray(corr.tilt, dtype=jnp.float64)
+        ref = jnp.asarray(corr.reference, dtype=jnp.float64)
+        offset = float(corr.offset)
 
     def nll(p, sigma2):
         F = f(t, X, p)  # (M1, D)

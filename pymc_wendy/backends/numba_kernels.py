@@ -198,12 +198,8 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
     ``Cp`` (Q, D, D, J) and ``betap`` (D, I, J) add the terms ``a' db/dp`` and
     ``<W L Sigma', dC/dp Phi^(q)>`` to the gradient. Arguments otherwise as :func:`general`.
     """
-    K, M1 = phi.shape
     D = F.shape[1]
     J = Jp.shape[2]
-    Q = ops.shape[0]
-    n_in = Psi.shape[1]
-    n = K * D
     gp = np.zeros(J)
     gs = np.zeros(D)
     if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
@@ -211,6 +207,29 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
     if not (_all_finite(C) and _all_finite(beta)):
         return np.inf, gp, gs
     s2 = scale * s2raw
+    r = _operator_residual(phi, F, OX, Psi, C, beta)
+    LT, LsT = _operator_linearisation(phi, ops, Ju, C, s2)
+    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
+    if not ok:
+        return np.inf, gp, gs
+    if not want_grad:
+        return nll, gp, gs
+    _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs)
+    for e in range(D):
+        gs[e] *= 0.5 * scale
+    Am = _add_pointwise_score(phi, a, Jp, gp)
+    _operator_coefficient_gradient(Am, OX, Psi, Cp, betap, gp)
+    return nll, gp, gs
+
+
+@numba.njit(cache=True)
+def _operator_residual(phi, F, OX, Psi, C, beta):
+    """The operator path's weak residual (state-major): ``Phi F`` plus the derivative terms'
+    ``sum_q C_q Phi^(q) X`` and the inputs' ``Psi beta'``."""
+    K = phi.shape[0]
+    D = F.shape[1]
+    Q = OX.shape[0]
+    n_in = Psi.shape[1]
     bm = np.dot(phi, F)
     for k in range(K):
         for d in range(D):
@@ -221,10 +240,21 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
             for i in range(n_in):
                 acc += Psi[k, i] * beta[d, i]
             bm[k, d] += acc
-    r = np.empty(n)
+    r = np.empty(K * D)
     for d in range(D):
         for k in range(K):
             r[d * K + k] = bm[k, d]
+    return r
+
+
+@numba.njit(cache=True)
+def _operator_linearisation(phi, ops, Ju, C, s2):
+    """``L = Phi Ju + sum_q C_q Phi^(q)`` and its noise-scaled copy, both stored transposed
+    (:func:`_covariance_solve`'s layout)."""
+    K, M1 = phi.shape
+    D = Ju.shape[1]
+    Q = ops.shape[0]
+    n = K * D
     LT = np.empty((D * M1, n))
     LsT = np.empty((D * M1, n))
     for e in range(D):
@@ -239,11 +269,18 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
                         v += C[q, d, e] * ops[q, k, m]
                     LT[col, d * K + k] = v
                     LsT[col, d * K + k] = v * se
-    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
-    if not ok:
-        return np.inf, gp, gs
-    if not want_grad:
-        return nll, gp, gs
+    return LT, LsT
+
+
+@numba.njit(cache=True)
+def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs):
+    """Adds the trace terms ``<W L Sigma', dL/dp>`` to ``gp`` and the unscaled noise-variance
+    gradient to ``gs`` (``W L = S^-1 L - a (L' a)'``; ``YT`` holds ``S^-1 L``, transposed)."""
+    K, M1 = phi.shape
+    D = Jup.shape[1]
+    J = gp.size
+    Q = ops.shape[0]
+    n = K * D
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
@@ -267,9 +304,16 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
                 for j in range(J):
                     gp[j] += s2[e] * acc_b * Jup[m, d, e, j]
             gs[e] += acc_s
-    for e in range(D):
-        gs[e] *= 0.5 * scale
-    Am = _add_pointwise_score(phi, a, Jp, gp)
+
+
+@numba.njit(cache=True)
+def _operator_coefficient_gradient(Am, OX, Psi, Cp, betap, gp):
+    """Adds ``a' d(residual)/dp`` of the derivative and input terms to ``gp`` (``Am`` is
+    ``a`` reshaped to (K, D))."""
+    K, D = Am.shape
+    J = gp.size
+    Q = OX.shape[0]
+    n_in = Psi.shape[1]
     for k in range(K):
         for d in range(D):
             for j in range(J):
@@ -280,7 +324,6 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
                 for i in range(n_in):
                     acc += Psi[k, i] * betap[d, i, j]
                 gp[j] += Am[k, d] * acc
-    return nll, gp, gs
 
 
 @numba.njit(cache=True)
@@ -295,7 +338,6 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     Returns ``(nll, grad_p, grad_w)`` with ``grad_w`` the gradient in ``w_state``.
     ``logdet=False``: the quadratic form alone (no ``S^{-1}`` is formed for the gradient).
     """
-    nb, K, _ = blocks.shape
     E = w_state.size
     n = r0.size
     J = p.size
@@ -304,29 +346,8 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     gw = np.zeros(E)
     if not (_all_finite(p) and _all_finite(w_state)) or np.any(w_state < 0.0):
         return np.inf, gp, gw
-    pt = np.empty(J + 1)
-    pt[0] = 1.0
-    pt[1:] = p
-    wpair = np.empty(P)
-    q = 0
-    for i in range(J + 1):
-        for j in range(i, J + 1):
-            wpair[q] = pt[i] * pt[j]
-            q += 1
-
-    ST = np.zeros((n, n))  # ST.T is the F-ordered S (lower triangle used)
-    for ib in range(nb):
-        w = w_state[blk_e[ib]] * wpair[blk_q[ib]]
-        if w == 0.0:
-            continue
-        r_off = blk_d[ib] * K
-        c_off = blk_d2[ib] * K
-        blk = blocks[ib]
-        for jj in range(K):
-            row = ST[c_off + jj]
-            bj = blk[jj]
-            for ii in range(K):
-                row[r_off + ii] += w * bj[ii]
+    pt, wpair = _pair_weights(p)
+    ST = _linear_covariance(blocks, blk_e, blk_q, blk_d, blk_d2, w_state, wpair, n)
     r = r0 + np.dot(G, p)
     ok, _, a, nll = _factor_and_nll(ST, r, diag)
     if not ok:
@@ -344,7 +365,55 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
                 ST[rr, c] = ST[c, rr]
     else:  # W = -a a^T
         ST[:, :] = 0.0
-    # T[e, q] = <W, A[e, q]> with W = S^{-1} - a a^T, block by block
+    T = _block_traces(ST, a, blocks, blk_e, blk_q, blk_d, blk_d2, E, P)
+    gp += np.dot(G.T, a)
+    _add_pair_gradient(T, pt, wpair, w_state, gp, gw)
+    return nll, gp, gw
+
+
+@numba.njit(cache=True)
+def _pair_weights(p):
+    """``pt = (1, p)`` and ``wpair[q] = pt_a pt_b`` over the pairs ``q = (a <= b)`` in
+    row-major upper-triangle order."""
+    J = p.size
+    pt = np.empty(J + 1)
+    pt[0] = 1.0
+    pt[1:] = p
+    wpair = np.empty((J + 1) * (J + 2) // 2)
+    q = 0
+    for i in range(J + 1):
+        for j in range(i, J + 1):
+            wpair[q] = pt[i] * pt[j]
+            q += 1
+    return pt, wpair
+
+
+@numba.njit(cache=True)
+def _linear_covariance(blocks, blk_e, blk_q, blk_d, blk_d2, w_state, wpair, n):
+    """``S`` (without the diagonal term) summed from the stored blocks, as ``ST`` whose
+    transpose is the F-ordered ``S`` (lower triangle used)."""
+    nb, K, _ = blocks.shape
+    ST = np.zeros((n, n))
+    for ib in range(nb):
+        w = w_state[blk_e[ib]] * wpair[blk_q[ib]]
+        if w == 0.0:
+            continue
+        r_off = blk_d[ib] * K
+        c_off = blk_d2[ib] * K
+        blk = blocks[ib]
+        for jj in range(K):
+            row = ST[c_off + jj]
+            bj = blk[jj]
+            for ii in range(K):
+                row[r_off + ii] += w * bj[ii]
+    return ST
+
+
+@numba.njit(cache=True)
+def _block_traces(ST, a, blocks, blk_e, blk_q, blk_d, blk_d2, E, P):
+    """``T[e, q] = <W, A[e, q]>`` with ``W = S^{-1} - a a^T`` (``ST`` holds ``S^{-1}``, or
+    zeros for the quadratic form alone), block by block."""
+    nb, K, _ = blocks.shape
     T = np.zeros((E, P))
     for ib in range(nb):
         r_off = blk_d[ib] * K
@@ -358,7 +427,14 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
             for ii in range(K):
                 acc += (row[r_off + ii] - a[r_off + ii] * aj) * bj[ii]
         T[blk_e[ib], blk_q[ib]] += acc if r_off == c_off else 2.0 * acc
-    gp += np.dot(G.T, a)
+    return T
+
+
+@numba.njit(cache=True)
+def _add_pair_gradient(T, pt, wpair, w_state, gp, gw):
+    """Adds the trace terms of the pair weights' derivatives to ``gp`` and ``gw``."""
+    E = w_state.size
+    J = gp.size
     q = 0
     for i in range(J + 1):
         for j in range(i, J + 1):
@@ -371,7 +447,6 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
                     gp[j - 1] += tq * pt[i]
                 gw[e] += 0.5 * wpair[q] * T[e, q]
             q += 1
-    return nll, gp, gw
 
 
 @numba.njit(cache=True)
@@ -394,28 +469,23 @@ def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[
     scale; :func:`_pack`). None of it is compiled into the kernel, so one compilation of
     :func:`kernel_for` serves every data set of a model.
     """
-    from pymc_wendy.weak import linear_form
-
-    corr = lik._correction
+    corr = lik.correction
     if corr is not None and infer_sigma:
         raise ValueError("a bias-corrected likelihood holds sigma fixed; it cannot infer it")
     J = lik.model.n_params
     logdet = corr is None
-    tilt = np.zeros(J) if logdet else np.asarray(corr["tilt"], dtype=float)
-    ref = np.zeros(J) if logdet else np.asarray(corr["reference"], dtype=float)
-    offset = 0.0 if logdet else float(corr["offset"])
+    tilt = np.zeros(J) if logdet else np.asarray(corr.tilt, dtype=float)
+    ref = np.zeros(J) if logdet else np.asarray(corr.reference, dtype=float)
+    offset = 0.0 if logdet else float(corr.offset)
     scalars = np.array([float(lik.ridge), float(relax_scale), offset])
-    fixed_s2 = np.asarray(lik.sigma, dtype=float) ** 2
-    form = linear_form.form_for(lik, per_state=infer_sigma)
+    form = lik.compiled_linear_form(per_state=infer_sigma)
     if form is not None:
         kind = "linear"
         data = (form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2, form.r0, form.G)
-    elif lik.model.has_operator_terms:
-        kind, d = "operator", lik._data
-        data = (lik.t, lik.X, d.phi, d.ops, d.OX, d.Psi, fixed_s2)
     else:
-        kind = "general"
-        data = (lik.t, lik.X, lik.phi, lik.dphi, lik.b, fixed_s2)
+        spec = lik.form.kernel_spec()
+        kind = spec.kind
+        data = (*spec.arrays, np.asarray(lik.sigma, dtype=float) ** 2)
     return kind, _pack((*data, tilt, ref, scalars))
 
 
@@ -490,25 +560,20 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
     is the model's likelihood exactly. A bias-corrected likelihood
     (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
     """
-    logdet = lik._correction is None
+    logdet = lik.correction is None
     parts = [kind, str(infer_sigma), str(want_grad), str(logdet)]
+    spec = None
     if kind != "linear":  # the linear path calls no model code
-        model = lik.model
-        fns = [model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")]
-        if kind == "operator":
-            coeff = lik._coeff
-            fns += [coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")]
-            parts.append(repr(sorted(coeff.shapes.items())))
-        parts += [fn.py_func.__source__ for fn in fns]
+        spec = lik.form.kernel_spec()
+        parts.append(repr(sorted(spec.shapes.items())))
+        parts += [spec.functions[name].py_func.__source__ for name in sorted(spec.functions)]
     key = "\n".join(parts)
     kernel = _KERNELS.get(key)
     if kernel is None:
         if kind == "linear":
             inner = _linear_kernel(infer_sigma, want_grad, logdet)
-        elif kind == "operator":
-            inner = _operator_kernel(lik, infer_sigma, want_grad, logdet)
         else:
-            inner = _general_kernel(lik, infer_sigma, want_grad, logdet)
+            inner = _BUILDERS[kind](spec, infer_sigma, want_grad, logdet)
         kernel = _KERNELS[key] = _c_kernel(inner)
     return kernel
 
@@ -581,9 +646,9 @@ def _linear_kernel(infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable
     return linear_kernel
 
 
-def _general_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
-    model = lik.model
-    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
+def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
+    """:func:`kernel_for`'s general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
+    f, f_u, f_p, f_up = (spec.functions[w] for w in ("f", "f_u", "f_p", "f_up"))
 
     @numba.njit
     def general_kernel(p, sigma2, alpha, buf):
@@ -615,13 +680,12 @@ def _general_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> Ca
     return general_kernel
 
 
-def _operator_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
-    """:func:`kernel_for`'s general path for models with derivative terms or inputs."""
-    model = lik.model
-    f, f_u, f_p, f_up = (model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up"))
-    coeff = lik._coeff
-    c_fn, b_fn, cp_fn, bp_fn = (coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p"))
-    shapes = coeff.shapes
+def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
+    """:func:`kernel_for`'s general path for models with derivative terms or inputs
+    (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
+    f, f_u, f_p, f_up = (spec.functions[w] for w in ("f", "f_u", "f_p", "f_up"))
+    c_fn, b_fn, cp_fn, bp_fn = (spec.functions[w] for w in ("C", "beta", "C_p", "beta_p"))
+    shapes = spec.shapes
     sC, sb, sCp, sbp = shapes["C"], shapes["beta"], shapes["C_p"], shapes["beta_p"]
 
     @numba.njit
@@ -662,3 +726,8 @@ def _operator_kernel(lik, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         return nll, gp, gs
 
     return operator_kernel
+
+
+#: kernel builders by :attr:`WeakForm.kind <pymc_wendy.weak.form.WeakForm.kind>`: a new kind of
+#: model adds its builder here (``builder(spec, infer_sigma, want_grad, logdet)``)
+_BUILDERS: dict[str, Callable] = {"general": _general_kernel, "operator": _operator_kernel}

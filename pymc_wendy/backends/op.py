@@ -170,17 +170,7 @@ class WeakLogLikelihoodOp(Op):
 
 def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
     """numpy reference of the relaxed likelihood: ``(nll, grad_p, grad_sigma2)``."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
-    keep = 1.0 - alpha
-    # (1 - ridge) (keep s2) is the relaxed rung's scaled noise; its diagonal adds alpha c
-    diag = keep * lik.ridge + alpha * c
-    logdet = lik.correction_method is None
-    ev, gp, gs = lik._relaxed_parts(lik._p(p), keep * s2, diag, logdet)
-    if logdet:
-        return ev.nll, gp, keep * gs
-    value, gp = lik._tilted(np.asarray(p, dtype=float), ev.quadratic, gp)
-    return value, gp, keep * gs
+    return lik.relaxed_nll_grad_sigma2(p, s2, alpha, c)
 
 
 def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:

@@ -131,7 +131,10 @@ def _numba_core_weak_ode(op, node):
             return U * np.exp(eps * sigma)
         return U + eps * sigma
 
-    return weak_ode_draw
+    # No cache key: the object-mode block calls this op's likelihood (its times, inputs and
+    # estimated initial state), which pytensor's key (the op's props as text) does not
+    # identify, so a cached draw function would solve another data set's ODE.
+    return weak_ode_draw, None
 
 
 class WeakODELikelihood(Distribution):

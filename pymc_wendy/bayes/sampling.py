@@ -128,7 +128,7 @@ def _values_for(model: pm.Model, specs: list) -> dict[str, np.ndarray]:
         return {}
     try:
         if lik.correction_method is not None:  # the corrected objective, from its reference
-            start = liks[0]._correction["reference"]
+            start = liks[0].correction.reference
         else:
             guess = _initial_params(model, _params_vector(params, lik.base_model))
             start = weak_least_squares(lik, guess)

@@ -12,14 +12,14 @@ import numpy as np
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
 from pymc_wendy.estimators._problem import prepare
-from pymc_wendy.estimators.output_error import _residual_noise
+from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
-from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.likelihood import Noise, WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["fit"]
 
@@ -150,12 +150,15 @@ def fit(
             ), start_time,
         )  # fmt: skip
     correction = bias.resolve(bias_correction)
-    if correction is not None and method != "mle":
+    if correction is not None and not estimator.bias_correction:
+        supported = " or ".join(
+            f"method={n!r}" for n in registry.names() if registry.get(n).bias_correction
+        )
         raise ValueError(
-            f"bias_correction applies to method='mle' (the corrected objective replaces the "
+            f"bias_correction applies to {supported} (the corrected objective replaces the "
             f"weak likelihood); got method={method!r}"
         )
-    if isinstance(model, WeakLikelihood | JointLikelihood) and model.correction_method:
+    if isinstance(model, Likelihood) and model.correction_method:
         raise ValueError(
             "the likelihood is already bias-corrected; fit the uncorrected likelihood "
             "with bias_correction= instead"
@@ -192,7 +195,7 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
     u0 = first.u0
     X = np.log(first.U) if first.noise == "lognormal" else first.U
     try:
-        est = _residual_noise(
+        est = residual_noise_of_data(
             model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0
         )
     except SimulationError as exc:

@@ -17,7 +17,7 @@ from scipy import linalg as sla
 from scipy import optimize
 
 from pymc_wendy.weak.kernels import WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 # scipy.optimize.minimize's trust-exact and trust-constr options (each run gets its own)
 TRUST_EXACT = frozenset({"maxiter", "gtol", "initial_trust_radius", "max_trust_radius", "eta"})
@@ -34,7 +34,7 @@ TRUST_CONSTR = frozenset(
 )
 
 
-def _value_and_grad(lik: WeakLikelihood):
+def _value_and_grad(lik: Likelihood):
     def fun(p):
         try:
             return lik.nll_grad(p)
@@ -44,7 +44,7 @@ def _value_and_grad(lik: WeakLikelihood):
     return fun
 
 
-def _hessian(lik: WeakLikelihood):
+def _hessian(lik: Likelihood):
     # trust-constr evaluates the Hessian at trial points too; where the likelihood is
     # undefined the trial is rejected on its value, so any finite matrix will do
     def hess(p):
@@ -67,7 +67,7 @@ class _NewtonModel:
     Newton steps, so the optimum is the exact one to rounding.
     """
 
-    def __init__(self, lik: WeakLikelihood):
+    def __init__(self, lik: Likelihood):
         self.lik = lik
         self._x: np.ndarray | None = None
         self._value = np.inf
@@ -80,7 +80,7 @@ class _NewtonModel:
         if self._x is None or not np.array_equal(p, self._x):
             self._x = np.array(p, dtype=float)
             try:
-                self._value, self._grad, self._state = self.lik._newton_point(p)
+                self._value, self._grad, self._state = self.lik.newton_point(p)
             except WeakLikelihoodError:
                 self._value, self._grad, self._state = np.inf, np.zeros_like(self._x), None
         return self._value, self._grad.copy()
@@ -91,7 +91,7 @@ class _NewtonModel:
             # undefined here: the trial is rejected on its value, so any finite matrix will do
             return np.eye(p.size)
         try:
-            return self.lik._newton_hessian(self._state, exact)
+            return self.lik.newton_hessian(self._state, exact)
         except WeakLikelihoodError:
             return np.eye(p.size)
 
@@ -114,9 +114,7 @@ def _objective(lik) -> _NewtonModel | _ExactModel:
     Hessian. Either way :func:`_polish` finishes with Newton steps, so the optimum does not
     depend on where scipy's gradient tolerance happened to stop (up to 1e-8 of ``p``: a joint
     fit and the same data stacked then differed by that much)."""
-    if isinstance(lik, WeakLikelihood) and lik._linear_form(lik.sigma**2) is None:
-        return _NewtonModel(lik)
-    return _ExactModel(lik)
+    return _ExactModel(lik) if lik.exact_hessian_is_cheap else _NewtonModel(lik)
 
 
 def _free_set(x, grad, bounds) -> np.ndarray:

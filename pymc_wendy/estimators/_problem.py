@@ -21,6 +21,7 @@ from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import WeakLikelihood
 from pymc_wendy.weak.noise import estimate_noise
+from pymc_wendy.weak.protocol import Likelihood
 from pymc_wendy.weak.test_functions import TestFunctions
 
 # Option names checked by kind whichever estimator accepts them
@@ -41,7 +42,7 @@ class FitProblem:
 
     method: str
     model: ODEModel
-    likelihood: WeakLikelihood | JointLikelihood | None
+    likelihood: Likelihood | None
     t: np.ndarray | tuple
     U: np.ndarray | tuple
     noise: str
@@ -67,7 +68,7 @@ class FitProblem:
         """Whether the data are several experiments."""
         return isinstance(self.t, tuple)
 
-    def weak_likelihood(self) -> WeakLikelihood | JointLikelihood:
+    def weak_likelihood(self) -> Likelihood:
         """``likelihood``, or one built from the data with default test functions (a
         start for output error, which needs no weak likelihood otherwise)."""
         if self.likelihood is not None:
@@ -110,7 +111,7 @@ def prepare(
             f"method {estimator.name!r} does not support models of order > 1 or with inputs "
             f"({ode.name}); use one of {supported}"
         )
-    if not estimator.weak_likelihood and not isinstance(model, WeakLikelihood | JointLikelihood):
+    if not estimator.weak_likelihood and not isinstance(model, Likelihood):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
         lik = None
@@ -134,7 +135,7 @@ def prepare(
         lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs)
         base, t_, U_ = lik.base_model, lik.t, lik.U
         s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
-        liks = lik.experiments if isinstance(lik, JointLikelihood) else None
+        liks = lik.experiments if lik.experiments != (lik,) else None
         inputs_ = tuple(e.inputs for e in liks) if liks else lik.inputs
     box = _check_bounds(bounds, base.n_params, base.params)
     p_given = _check_p0(p0, base.n_params, base.params, box)
@@ -185,7 +186,7 @@ def check_options(estimator: Estimator, options: Mapping, where: str = "options"
             raise ValueError(f"{where}[{key!r}] must be True or False")
 
 
-def safe_nll(lik: WeakLikelihood | JointLikelihood, p) -> float:
+def safe_nll(lik: Likelihood, p) -> float:
     """The weak NLL at ``p``, infinite where the likelihood is undefined."""
     try:
         return float(lik.nll(p))
@@ -234,7 +235,7 @@ def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
 
 
 def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None):
-    if isinstance(model, WeakLikelihood | JointLikelihood):
+    if isinstance(model, Likelihood):
         if t is not None or U is not None:
             raise ValueError("pass either a likelihood, or a model with t and U; not both")
         given = {"noise": noise != "normal", "sigma": sigma is not None, "inputs": bool(inputs)}

@@ -112,13 +112,14 @@ import numpy as np
 import sympy as sp
 from scipy import linalg, optimize
 from scipy.interpolate import BSpline
-from scipy.special import expit, logit, roots_legendre
+from scipy.special import expit, logit
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak.test_functions import gauss_legendre
 
 __all__ = ["OPTIONS", "LinearStructure", "linear_structure", "prepare_criterion"]
 
@@ -243,26 +244,26 @@ def _build_structure(model: ODEModel) -> LinearStructure:
             f"{model.name} has {model.n_states} states {list(model.states)}"
         )
     p = model.orders[0]
-    u = model._u[0]
-    params = set(model._p)
+    u = model.symbols.u[0]
+    params = set(model.symbols.p)
     a0, const = sp.Integer(0), sp.Integer(0)
     for term in sp.Add.make_args(sp.expand(model.expressions[0])):
         if term.has(u):
             coeff = sp.simplify(term / u)
             if coeff.has(u):
                 raise ValueError(
-                    f"method='data2ld' needs a linear ODE: the term {model._named(term)} of "
+                    f"method='data2ld' needs a linear ODE: the term {model.named(term)} of "
                     f"{model.name} is nonlinear in {model.states[0]}"
                 )
             if not coeff.free_symbols <= params:
                 raise ValueError(
                     f"method='data2ld' needs coefficients of the parameters alone: the term "
-                    f"{model._named(term)} of {model.name} has a time-varying coefficient"
+                    f"{model.named(term)} of {model.name} has a time-varying coefficient"
                 )
             a0 += coeff
         elif not term.free_symbols <= params:
             raise ValueError(
-                f"method='data2ld': the term {model._named(term)} of {model.name} depends on t; "
+                f"method='data2ld': the term {model.named(term)} of {model.name} depends on t; "
                 "declare time-dependent forcing as an input (ODEModel(..., inputs=[...]))"
             )
         else:
@@ -274,7 +275,7 @@ def _build_structure(model: ODEModel) -> LinearStructure:
     if const != 0:
         beta.append(const)
         forcing += ("1",)
-    th = list(model._p)
+    th = list(model.symbols.p)
     da = [[sp.diff(c, x) for x in th] for c in alpha]
     db = [[sp.diff(c, x) for x in th] for c in beta]
     dda = [[[sp.diff(c, x, y) for y in th] for x in th] for c in alpha]
@@ -286,7 +287,7 @@ def _build_structure(model: ODEModel) -> LinearStructure:
 def linear_structure(model: ODEModel) -> LinearStructure:
     """The model as ``L x = g`` (built once per model); a ValueError naming the offending
     term when it is not a single linear equation with parameter-only coefficients."""
-    return model._cached(("data2ld", "structure"), _build_structure)
+    return model.cached(("data2ld", "structure"), _build_structure)
 
 
 # --- basis, quadrature and the integrals that do not depend on theta ----------------------
@@ -342,14 +343,6 @@ class _Basis:
         return self.Phi.shape[1]
 
 
-def _quadrature(knots: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Gauss-Legendre nodes and weights, ``n`` on every non-empty knot interval."""
-    edges = np.unique(knots)
-    x, w = roots_legendre(n)
-    half, mid = np.diff(edges) / 2, (edges[1:] + edges[:-1]) / 2
-    return (mid[:, None] + half[:, None] * x).ravel(), (half[:, None] * w).ravel()
-
-
 def _forcing_values(struct: LinearStructure, inputs: Sequence[Input], tq) -> np.ndarray:
     """The forcing functions at the nodes, shape (Q, I): the inputs, then 1."""
     cols = [w(tq) for w in inputs]
@@ -364,7 +357,7 @@ def _make_basis(
     p = struct.order
     knots = _knot_vector(t, interior, inputs, O, p)
     K = knots.size - O
-    tq, wq = _quadrature(knots, n_quad)
+    tq, wq = gauss_legendre(knots, n_quad)  # n_quad nodes on every non-empty knot interval
     eye = BSpline(knots, np.eye(K), O - 1, extrapolate=False)
     B = np.stack([eye(tq, nu=k) for k in range(p + 1)])  # (p+1, Q, K)
     Bw = B * wq[None, :, None]
@@ -636,49 +629,26 @@ def prepare_criterion(problem: FitProblem) -> tuple[LinearStructure, _Basis, _Cr
 def run(problem: FitProblem) -> FitResult:
     """``fit(method="data2ld")``."""
     struct, basis, crit, opts = prepare_criterion(problem)
-    model = problem.model
-    J, N = model.n_params, crit.N
     path = _continuation(crit, problem.start, problem.bounds, opts)
     theta = path["theta"][-1]
     crit.set_rho(path["rho"][-1])
-    st = crit.state(theta)
     r = crit.residual(theta)
     rss = float(r @ r)
     df = crit.hat_trace(theta)
-    residual_sigma = np.sqrt(rss / max(N - df, 1e-12))
+    residual_sigma = np.sqrt(rss / max(crit.N - df, 1e-12))
     sigma = residual_sigma if problem.sigma_estimated else float(np.ravel(problem.sigma)[0])
-    try:
-        dtheta_dy, _ = crit.sensitivity(theta)
-        cov = sigma**2 * dtheta_dy @ dtheta_dy.T
-    except np.linalg.LinAlgError:  # a singular Hessian: no interval
-        dtheta_dy = np.full((J, N), np.nan)
-        cov = np.full((J, J), np.nan)
-    R, S, g2 = crit.penalty_matrices(st.alpha, st.beta)
-    penalty = float(st.c @ R @ st.c + 2 * st.c @ S + g2)
-    spline = BSpline(basis.knots, st.c, basis.order - 1)
-    t0 = float(np.asarray(problem.t)[0])
-    u0 = np.array([float(spline(t0, nu=k)) for k in range(struct.order)])
-    ok = bool(path["stage_success"][-1])
-    n_stages = path["rho"].size
-    rho = path["rho"][-1]
-    ladder = "" if path["ladder_converged"] else ", theta still moving by more than theta_tol"
-    message = (
-        f"{path['messages'][-1]}; {n_stages} stages of rho up to 1 - {1 - rho:.2g}{ladder}; "
-        f"{basis.K} B-splines of order {basis.order}"
-    )
+    dtheta_dy, cov = _interval_parts(crit, theta, sigma)
+    fitted = _fit_details(struct, basis, crit, theta, float(np.asarray(problem.t)[0]))
     history = {
         **{k: v for k, v in path.items() if k != "messages"},
-        "knots": basis.knots,
-        "spline_order": basis.order,
-        "n_basis": basis.K,
-        "coefficients": st.c.copy(),
-        "spline": spline,
+        **{k: fitted[k] for k in ("knots", "spline_order", "n_basis", "coefficients", "spline")},
         "df": df,
         "residual_sigma": float(residual_sigma),
-        "penalty": penalty,
+        "penalty": fitted["penalty"],
         "dtheta_dy": dtheta_dy,
-        "u0": u0,
+        "u0": fitted["u0"],
     }
+    ok = bool(path["stage_success"][-1])
     common = problem.common()
     common["sigma"] = np.array([sigma], dtype=float)
     lik = common["likelihood"]
@@ -687,8 +657,8 @@ def run(problem: FitProblem) -> FitResult:
         method="data2ld",
         success=ok,
         status="converged" if ok else "not_converged",
-        message=message,
-        nit=n_stages,
+        message=_message(path, basis),
+        nit=path["rho"].size,
         nfev=crit.nfev,
         wall_time=0.0,
         fun=rss,
@@ -697,6 +667,41 @@ def run(problem: FitProblem) -> FitResult:
         history=history,
         covariances={"data2ld": cov},
         **common,
+    )
+
+
+def _interval_parts(crit: _Criterion, theta, sigma: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(dtheta_hat/dy, Cov(theta_hat))``; NaN when the Hessian of ``H`` is singular."""
+    try:
+        dtheta_dy, _ = crit.sensitivity(theta)
+    except np.linalg.LinAlgError:  # a singular Hessian: no interval
+        J = theta.size
+        return np.full((J, crit.N), np.nan), np.full((J, J), np.nan)
+    return dtheta_dy, sigma**2 * dtheta_dy @ dtheta_dy.T
+
+
+def _fit_details(struct, basis: _Basis, crit: _Criterion, theta, t0: float) -> dict:
+    """The fitted spline, its coefficients, penalty and initial state (``history`` entries)."""
+    st = crit.state(theta)
+    R, S, g2 = crit.penalty_matrices(st.alpha, st.beta)
+    spline = BSpline(basis.knots, st.c, basis.order - 1)
+    return {
+        "knots": basis.knots,
+        "spline_order": basis.order,
+        "n_basis": basis.K,
+        "coefficients": st.c.copy(),
+        "spline": spline,
+        "penalty": float(st.c @ R @ st.c + 2 * st.c @ S + g2),
+        "u0": np.array([float(spline(t0, nu=k)) for k in range(struct.order)]),
+    }
+
+
+def _message(path: dict, basis: _Basis) -> str:
+    rho = path["rho"][-1]
+    ladder = "" if path["ladder_converged"] else ", theta still moving by more than theta_tol"
+    return (
+        f"{path['messages'][-1]}; {path['rho'].size} stages of rho up to 1 - {1 - rho:.2g}"
+        f"{ladder}; {basis.K} B-splines of order {basis.order}"
     )
 
 

@@ -17,7 +17,6 @@ from pymc_wendy.estimators._problem import FitProblem, check_options
 from pymc_wendy.estimators.oels import _fit_oe, estimate_initial_state
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
-from pymc_wendy.weak.joint import JointLikelihood
 
 _TOLERANCE = 0.05
 
@@ -25,7 +24,7 @@ _TOLERANCE = 0.05
 def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> FitResult:
     lik = common["likelihood"]
     if u0 is None and np.isfinite(mle.nll):
-        if isinstance(lik, JointLikelihood):
+        if lik.experiments != (lik,):  # several experiments: one initial state each
             u0 = np.array(
                 [estimate_initial_state(e, mle.x, solver=solver) for e in lik.experiments]
             )

@@ -19,12 +19,12 @@ from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.weak.kernels import WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 _DEFAULTS = {"max_iter": 100, "tol": 1e-6, "sw_tol": 1e-4, "sw_start": 10}
 
 
-def _gls_step(lik: WeakLikelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.ndarray:
+def _gls_step(lik: Likelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.ndarray:
     """``argmin_q |C^{-1} r(q)|^2`` from ``p``: closed form when linear in the parameters,
     else trust-region reflective least squares inside ``bounds``."""
 
@@ -58,21 +58,22 @@ def _gls_step(lik: WeakLikelihood, C: np.ndarray, p: np.ndarray, bounds=None) ->
     return optimize.least_squares(res, p, jac=jac, bounds=box, method="trf", x_scale="jac").x
 
 
-def _irls(
-    lik: WeakLikelihood, p_init: np.ndarray, options: Mapping, bounds=None
+def run_irls(
+    lik: Likelihood, p_init: np.ndarray, options: Mapping, bounds=None
 ) -> tuple[dict, dict]:
+    """WENDy-IRLS iterations from ``p_init`` (the MLE's warm start uses them too); returns
+    the chosen iterate's fields and the iteration history."""
     opts = {**_DEFAULTS, **options}
     unknown = set(opts) - set(_DEFAULTS)
     if unknown:
         raise ValueError(f"unknown IRLS options {sorted(unknown)}; known: {list(_DEFAULTS)}")
-    s2 = lik.sigma**2
     p = np.asarray(p_init, dtype=float)
     iterates, pvalues, objective = [p], [np.nan], [np.nan]
     status, message = "max_iter", f"reached max_iter = {opts['max_iter']} iterations"
     chosen = None  # index of the returned iterate when it is not the last one
     for n in range(1, int(opts["max_iter"]) + 1):
         try:
-            C = lik._evaluation(p, s2).C
+            C = lik.covariance_factor(p)
             p_new = _gls_step(lik, C, p, bounds)
             w = sla.solve_triangular(C, lik.residual(p_new), lower=True, check_finite=False)
         except (WeakLikelihoodError, np.linalg.LinAlgError) as exc:
@@ -122,7 +123,7 @@ def _irls(
 def run(problem: FitProblem) -> FitResult:
     """``fit(method="irls")``."""
     lik = problem.likelihood
-    out, history = _irls(lik, problem.start, problem.options, problem.bounds)
+    out, history = run_irls(lik, problem.start, problem.options, problem.bounds)
     return FitResult(
         x=out["x"],
         method="irls",

@@ -26,18 +26,18 @@ from pymc_wendy.estimators._newton import (
     _subset,
 )
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
-from pymc_wendy.estimators.irls import _irls
+from pymc_wendy.estimators.irls import run_irls
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import BiasCorrection, FitResult
-from pymc_wendy.estimators.wls import _wls, weak_least_squares
+from pymc_wendy.estimators.wls import solve_wls, weak_least_squares
 from pymc_wendy.weak import bias
 from pymc_wendy.weak.kernels import WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["wendy_mle"]
 
 
-def wendy_mle(lik: WeakLikelihood, p0=None, **options) -> optimize.OptimizeResult:
+def wendy_mle(lik: Likelihood, p0=None, **options) -> optimize.OptimizeResult:
     """WENDy-MLE: trust-region Newton on the weak negative log-likelihood from ``p0``.
 
     ``p0`` defaults to :func:`weak_least_squares`. Uses the analytic gradient and Hessian
@@ -127,7 +127,7 @@ def _mle_run(args) -> dict:
     }
 
 
-def _warm_start(lik: WeakLikelihood, start: np.ndarray, bounds, fun) -> np.ndarray:
+def _warm_start(lik: Likelihood, start: np.ndarray, bounds, fun) -> np.ndarray:
     """The lowest-NLL point among ``start``, weak least squares from it and, for models
     linear in the parameters, a few IRLS iterations from that.
 
@@ -139,10 +139,10 @@ def _warm_start(lik: WeakLikelihood, start: np.ndarray, bounds, fun) -> np.ndarr
     """
     candidates = [start]
     try:
-        p = _wls(lik, start, bounds=bounds)[0]
+        p = solve_wls(lik, start, bounds=bounds)[0]
         candidates.append(p)
         if lik.model.is_linear_in_params:
-            q = _irls(lik, p, {"max_iter": 20}, bounds)[0]["x"]
+            q = run_irls(lik, p, {"max_iter": 20}, bounds)[0]["x"]
             candidates.append(q if bounds is None else np.clip(q, *bounds))
     except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
         pass
@@ -204,7 +204,7 @@ def _bias_corrected(mle: FitResult, method: str, problem: FitProblem, options) -
         uncorrected=mle,
         shift=x - mle.x,
         tilt=clik.tilt,
-        reference=clik._correction["reference"].copy(),
+        reference=clik.correction.reference.copy(),
         stages=stages,
         nit=nit,
         nfev=nfev,
@@ -281,4 +281,5 @@ ESTIMATOR = Estimator(
     covariance="hessian",
     alternatives=("sandwich", "gls"),
     operator_models=True,
+    bias_correction=True,
 )

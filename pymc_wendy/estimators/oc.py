@@ -15,13 +15,16 @@ A gradient-matching estimator built on the weak form of the ODE. Steps:
    ``e_{d,l}(theta) = int f_d(t, phi_hat(t), theta) phi_l(t) dt + int phi_hat_d(t) phi_l'(t) dt``
 
    (paper eq. 2.7), computed by composite Gauss-Legendre quadrature
-   (``scipy.special.roots_legendre``, ``n_quad`` nodes on every interval between proxy
-   knots, test-function knots and a uniform grid fine enough for the highest sine).
-   ``test_functions="sine"``: ``phi_l(t) = sqrt(2/T) sin(l pi (t - t_0)/T)`` (the paper's
-   orthonormal basis of ``H_0^1``); ``"bspline"``: the ``L`` cubic B-splines of a clamped
-   uniform knot sequence on ``[t_0, t_n]`` that vanish at both ends, orthonormalised in
-   ``L^2`` (Cholesky of their Gram matrix), so that the criterion depends on their span
-   only (condition C4 of the paper asks for an orthonormal family).
+   (:func:`pymc_wendy.weak.test_functions.gauss_legendre`, ``n_quad`` nodes on every
+   interval between proxy knots, test-function knots and a uniform grid fine enough for the
+   highest sine). The test functions are a family of the registry
+   (:mod:`pymc_wendy.weak.test_functions.families`) that carries any number of functions on
+   one support, here ``[t_0, t_n]``: ``test_functions="sine"``:
+   ``phi_l(t) = sqrt(2/T) sin(l pi (t - t_0)/T)`` (the paper's orthonormal basis of
+   ``H_0^1``); ``"bspline"``: the ``L`` cubic B-splines of a clamped uniform knot sequence on
+   ``[t_0, t_n]`` that vanish at both ends. A family that is not orthonormal is
+   orthonormalised in ``L^2`` (Cholesky of its Gram matrix), so that the criterion depends on
+   its span only (condition C4 of the paper asks for an orthonormal family).
 3. **Estimate.** ``theta_hat_L = argmin |e(theta)|^2`` (eq. 2.8) over the ``D L`` stacked
    conditions: one linear least-squares solve when the model is linear in the parameters
    (``lsq_linear`` within ``bounds``), otherwise ``scipy.optimize.least_squares`` with the
@@ -48,7 +51,8 @@ A gradient-matching estimator built on the weak form of the ODE. Steps:
 
 Options
 -------
-``test_functions`` ("sine" | "bspline", default "sine"); ``n_test`` (fixed ``L``) or
+``test_functions`` ("sine" | "bspline" | another registered family with any number of
+functions per support, or such a family object; default "sine"); ``n_test`` (fixed ``L``) or
 ``n_test_range`` ((lo, hi), both >= 2); ``n_knots`` (fixed interior-knot count, an int or one
 per state, skipping GCV); ``max_knots`` (largest count GCV tries; default
 ``min(40, (n - k - 3) // 2)``); ``spline_degree`` (1-5, default 3); ``n_quad`` (Gauss nodes
@@ -75,7 +79,6 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import linalg, optimize
 from scipy.interpolate import BSpline, make_lsq_spline
-from scipy.special import roots_legendre
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
@@ -83,11 +86,15 @@ from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import screened_start
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
+from pymc_wendy.weak.test_functions import (
+    SpanningFamily,
+    gauss_legendre,
+    get_family,
+    list_families,
+)
 
-__all__ = ["FAMILIES", "OPTIONS"]
+__all__ = ["OPTIONS", "usable_families"]
 
-#: Test-function families
-FAMILIES = ("sine", "bspline")
 #: Option names accepted by ``fit(method="oc", options=...)``
 OPTIONS = frozenset(
     {"test_functions", "n_test", "n_test_range", "n_knots", "max_knots", "spline_degree"}
@@ -97,6 +104,22 @@ _DEFAULTS = {"test_functions": "sine", "spline_degree": 3, "n_quad": 8}
 
 
 # --- options -------------------------------------------------------------------------------
+def usable_families() -> tuple[str, ...]:
+    """Registered test-function families ``oc`` can use: the spanning ones (any number of
+    functions on one interval; the bump has one per support)."""
+    return tuple(n for n in list_families() if isinstance(get_family(n), SpanningFamily))
+
+
+def _family(spec, where: str = "options") -> SpanningFamily:
+    """The family named (or given) by ``options['test_functions']``."""
+    names = usable_families()
+    if isinstance(spec, SpanningFamily):
+        return spec
+    if isinstance(spec, str) and spec in names:
+        return get_family(spec)
+    raise ValueError(f"{where}['test_functions'] must be one of {list(names)}; got {spec!r}")
+
+
 def _is_int(v, lo: int) -> bool:
     return isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= lo
 
@@ -104,9 +127,7 @@ def _is_int(v, lo: int) -> bool:
 def _check_options(options: Mapping, where: str = "options") -> None:
     """The values of the ``oc``-specific options (names, ``max_nfev`` and the tolerances
     are the generic check's)."""
-    fam = options.get("test_functions", "sine")
-    if fam not in FAMILIES:
-        raise ValueError(f"{where}['test_functions'] must be one of {list(FAMILIES)}; got {fam!r}")
+    _family(options.get("test_functions", "sine"), where)
     if "n_test" in options and "n_test_range" in options:
         raise ValueError(f"give {where}['n_test'] or {where}['n_test_range'], not both")
     if "n_test" in options and not _is_int(options["n_test"], 2):
@@ -217,37 +238,31 @@ def _fit_proxy(t, U, k: int, n_knots=None, max_knots: int | None = None) -> _Pro
 
 
 # --- step 2: test functions, quadrature and the conditions ---------------------------------
-def _quadrature(t0: float, t1: float, breaks, n_sub: int, n_quad: int):
-    """Composite Gauss-Legendre nodes and weights on ``[t0, t1]``, with every break point
-    (spline knots) an interval end so that the integrands are smooth on each interval."""
-    edges = np.unique(np.r_[np.linspace(t0, t1, n_sub + 1), np.clip(breaks, t0, t1)])
-    x, w = roots_legendre(n_quad)
-    half, mid = np.diff(edges) / 2, (edges[1:] + edges[:-1]) / 2
-    return (mid[:, None] + half[:, None] * x).ravel(), (half[:, None] * w).ravel()
+def _nodes(t0: float, t1: float, breaks, n_sub: int, n_quad: int):
+    """Composite Gauss-Legendre nodes and weights on ``[t0, t1]``: ``n_sub`` uniform intervals
+    with every break point (spline knots) an interval end too, so that the integrands are
+    smooth on each interval."""
+    return gauss_legendre(np.r_[np.linspace(t0, t1, n_sub + 1), np.clip(breaks, t0, t1)], n_quad)
 
 
-def _bspline_test_knots(t0: float, t1: float, L: int) -> np.ndarray:
-    # L + 2 clamped cubic B-splines; the first and last are the only ones not zero at an end
-    return _uniform_knots(t0, t1, L - 2, 3)
+def _test_breaks(family, Ls, t0: float, t1: float) -> np.ndarray:
+    """Where the test functions of every candidate ``L`` are not smooth (B-spline knots)."""
+    fam = _family(family)
+    return np.concatenate([np.empty(0), *(fam.breakpoints(t0, t1, L) for L in Ls)])
 
 
-def _test_functions(family: str, L: int, t0: float, t1: float, tq, wq):
+def _test_functions(family, L: int, t0: float, t1: float, tq, wq):
     """``phi_l`` and ``phi_l'`` at the nodes, shape (L, Q) each; orthonormal in ``L^2``."""
-    if family == "sine":
-        T = t1 - t0
-        freq = np.arange(1, L + 1)[:, None] * np.pi / T
-        arg = freq * (tq - t0)
-        return np.sqrt(2 / T) * np.sin(arg), np.sqrt(2 / T) * freq * np.cos(arg)
-    if family == "bspline":
-        knots = _bspline_test_knots(t0, t1, L)
-        basis = BSpline(knots, np.eye(L + 2), 3)
-        Phi, dPhi = basis(tq).T[1:-1], basis.derivative()(tq).T[1:-1]
-        chol = np.linalg.cholesky((Phi * wq) @ Phi.T)
-        return (
-            linalg.solve_triangular(chol, Phi, lower=True),
-            linalg.solve_triangular(chol, dPhi, lower=True),
-        )
-    raise ValueError(f"test_functions must be one of {list(FAMILIES)}; got {family!r}")
+    fam = _family(family)
+    Phi = fam.on_interval(tq, t0, t1, order=0, n=L)
+    dPhi = fam.on_interval(tq, t0, t1, order=1, n=L)
+    if fam.orthonormal:
+        return Phi, dPhi
+    chol = np.linalg.cholesky((Phi * wq) @ Phi.T)
+    return (
+        linalg.solve_triangular(chol, Phi, lower=True),
+        linalg.solve_triangular(chol, dPhi, lower=True),
+    )
 
 
 class _Conditions:
@@ -353,78 +368,29 @@ def run(problem: FitProblem) -> FitResult:
         raise ValueError("method='oc' supports additive normal noise only")
     opts = {**_DEFAULTS, **problem.options}
     model, t, U = problem.model, problem.t, problem.U
-    n, D, J = U.shape[0], model.n_states, model.n_params
-    k = int(opts["spline_degree"])
-    if "n_knots" in opts and np.ndim(opts["n_knots"]) and len(opts["n_knots"]) != D:
-        raise ValueError(f"options['n_knots'] must be one integer or {D} (one per state)")
-    proxy = _fit_proxy(t, U, k, opts.get("n_knots"), opts.get("max_knots"))
-    sigma = proxy.sigma if problem.sigma_estimated else np.asarray(problem.sigma, dtype=float)
-
-    if "n_test" in opts:
-        Ls = np.array([opts["n_test"]])
-    else:
-        Ls = np.arange(*np.add(opts.get("n_test_range", _default_range(J, D, n)), (0, 1)))
-    family = opts["test_functions"]
+    D = model.n_states
+    proxy, sigma = _proxy_of(problem, opts)
+    family = _family(opts["test_functions"])
+    Ls = _candidate_Ls(opts, model.n_params, D, U.shape[0])
     t0, t1 = float(t[0]), float(t[-1])
-    breaks = np.concatenate([s.t for s in proxy.splines])
-    if family == "bspline":
-        breaks = np.concatenate([breaks, *(_bspline_test_knots(t0, t1, L) for L in Ls)])
-    tq, wq = _quadrature(t0, t1, breaks, max(32, 4 * int(Ls.max())), int(opts["n_quad"]))
-
-    u0 = proxy_u0 = np.array([s(t0) for s in proxy.splines])
-    if problem.u0 is not None:
-        u0 = np.asarray(problem.u0, dtype=float)
-        if u0.shape != (D,) or not np.all(np.isfinite(u0)):
-            raise ValueError(f"u0 must be {D} finite values; got {problem.u0!r}")
-
-    sine = None
-    if family == "sine":  # nested family: evaluate the largest set once and slice it
-        sine = _test_functions("sine", int(Ls.max()), t0, t1, tq, wq)
-    start = None
-    estimates = np.full((Ls.size, J), np.nan)
-    sse = np.full(Ls.size, np.inf)
-    conds, nfev, info = [], 0, []
-    for i, L in enumerate(Ls):  # a loop over candidate numbers of conditions
-        Phi, dPhi = (
-            (sine[0][:L], sine[1][:L]) if sine else _test_functions(family, L, t0, t1, tq, wq)
-        )
-        cond = _Conditions(model, proxy, Phi, dPhi, tq, wq)
-        conds.append(cond)
-        if not model.is_linear_in_params and start is None:
-            start = _nonlinear_start(problem, cond)
-        p, nf, ok, msg = _minimise(cond, start, problem.bounds, opts)
-        nfev += nf
-        info.append((ok, msg))
-        estimates[i] = p
-        if not model.is_linear_in_params and ok:
-            start = p  # continuation in L
-        if Ls.size > 1 and np.linalg.matrix_rank(cond.jac(p)) == J:
-            sse[i] = _prediction_sse(model, p, u0, t, U, problem.solver)
-            nfev += 1
-    if Ls.size == 1:
-        best, status = 0, "converged"
-    elif np.isfinite(sse).any():
-        best, status = int(np.argmin(sse)), "converged"
-    else:  # no candidate could be scored: keep the most conditions
-        best, status = Ls.size - 1, "unscored"
-    p, cond = estimates[best], conds[best]
-    ok, msg = info[best]
+    breaks = np.concatenate([*(s.t for s in proxy.splines), _test_breaks(family, Ls, t0, t1)])
+    tq, wq = _nodes(t0, t1, breaks, max(32, 4 * int(Ls.max())), int(opts["n_quad"]))
+    u0, proxy_u0 = _initial_state(problem, proxy, t0)
+    path = _path_in_L(problem, proxy, family, Ls, (tq, wq), opts, u0)
+    best, status = _choose_L(path.sse)
+    p, cond = path.estimates[best], path.conds[best]
+    ok, msg = path.info[best]
     r = cond.residual(p)
-    cov = cond.covariance(p, sigma)
     L = int(Ls[best])
-    how = "" if Ls.size == 1 else f" chosen by prediction error among {Ls[0]}..{Ls[-1]}"
-    if status == "unscored":
-        how = f"; no L in {Ls[0]}..{Ls[-1]} could be scored (rank or failed solves)"
-    message = f"{msg}; L = {L} {family} test functions{how}"
     history = {
         "n_knots": proxy.n_knots.copy(),
         "knots": proxy.knots,
         "proxy_sigma": proxy.sigma.copy(),
-        "test_functions": family,
+        "test_functions": family.name,
         "n_test": L,
         "n_test_candidates": Ls,
-        "prediction_sse": sse if Ls.size > 1 else None,
-        "estimates": estimates,
+        "prediction_sse": path.sse if Ls.size > 1 else None,
+        "estimates": path.estimates,
         "conditions": r.reshape(D, L),
         "u0": u0,
         "proxy_u0": proxy_u0,
@@ -439,18 +405,101 @@ def run(problem: FitProblem) -> FitResult:
         method="oc",
         success=bool(ok),
         status=status if ok else "not_converged",
-        message=message,
+        message=f"{msg}; L = {L} {family.name} test functions{_how_chosen(Ls, status)}",
         nit=int(Ls.size),
-        nfev=nfev,
+        nfev=path.nfev,
         wall_time=0.0,
         fun=float(r @ r),
         nll=None if lik is None else safe_nll(lik, p),
         covariance_kind="oc",
         u0=u0,
         history=history,
-        covariances={"oc": cov},
+        covariances={"oc": cond.covariance(p, sigma)},
         **common,
     )
+
+
+def _proxy_of(problem: FitProblem, opts: Mapping) -> tuple[_Proxy, np.ndarray]:
+    """The regression-spline proxy of the data and the noise sd (given, or the proxy's)."""
+    D = problem.model.n_states
+    if "n_knots" in opts and np.ndim(opts["n_knots"]) and len(opts["n_knots"]) != D:
+        raise ValueError(f"options['n_knots'] must be one integer or {D} (one per state)")
+    k = int(opts["spline_degree"])
+    proxy = _fit_proxy(problem.t, problem.U, k, opts.get("n_knots"), opts.get("max_knots"))
+    sigma = proxy.sigma if problem.sigma_estimated else np.asarray(problem.sigma, dtype=float)
+    return proxy, sigma
+
+
+def _candidate_Ls(opts: Mapping, J: int, D: int, n: int) -> np.ndarray:
+    """The numbers of test functions tried: ``n_test``, or ``n_test_range`` (inclusive)."""
+    if "n_test" in opts:
+        return np.array([opts["n_test"]])
+    return np.arange(*np.add(opts.get("n_test_range", _default_range(J, D, n)), (0, 1)))
+
+
+def _initial_state(problem: FitProblem, proxy: _Proxy, t0: float):
+    """``(u0, proxy_u0)``: the state predictions start from (``u0`` if given, else the
+    proxy's value at ``t0``) and the proxy's value."""
+    D = problem.model.n_states
+    u0 = proxy_u0 = np.array([s(t0) for s in proxy.splines])
+    if problem.u0 is not None:
+        u0 = np.asarray(problem.u0, dtype=float)
+        if u0.shape != (D,) or not np.all(np.isfinite(u0)):
+            raise ValueError(f"u0 must be {D} finite values; got {problem.u0!r}")
+    return u0, proxy_u0
+
+
+@dataclass
+class _Path:
+    """The estimate for every candidate ``L`` and what choosing among them needs."""
+
+    estimates: np.ndarray
+    sse: np.ndarray
+    conds: list
+    info: list
+    nfev: int
+
+
+def _path_in_L(problem: FitProblem, proxy: _Proxy, family, Ls, quadrature, opts, u0) -> _Path:
+    """``theta_hat_L`` for every ``L`` in ``Ls`` (continuation in ``L`` for a model nonlinear
+    in its parameters), each scored by its prediction error when there is a choice."""
+    model, t, U = problem.model, problem.t, problem.U
+    tq, wq = quadrature
+    J = model.n_params
+    t0, t1 = float(t[0]), float(t[-1])
+    path = _Path(np.full((Ls.size, J), np.nan), np.full(Ls.size, np.inf), [], [], 0)
+    start = None
+    for i, L in enumerate(Ls):  # a loop over candidate numbers of conditions
+        Phi, dPhi = _test_functions(family, int(L), t0, t1, tq, wq)
+        cond = _Conditions(model, proxy, Phi, dPhi, tq, wq)
+        path.conds.append(cond)
+        if not model.is_linear_in_params and start is None:
+            start = _nonlinear_start(problem, cond)
+        p, nf, ok, msg = _minimise(cond, start, problem.bounds, opts)
+        path.nfev += nf
+        path.info.append((ok, msg))
+        path.estimates[i] = p
+        if not model.is_linear_in_params and ok:
+            start = p  # continuation in L
+        if Ls.size > 1 and np.linalg.matrix_rank(cond.jac(p)) == J:
+            path.sse[i] = _prediction_sse(model, p, u0, t, U, problem.solver)
+            path.nfev += 1
+    return path
+
+
+def _choose_L(sse: np.ndarray) -> tuple[int, str]:
+    """Index of the chosen ``L`` and the status: the smallest prediction error."""
+    if sse.size == 1:
+        return 0, "converged"
+    if np.isfinite(sse).any():
+        return int(np.argmin(sse)), "converged"
+    return sse.size - 1, "unscored"  # no candidate could be scored: keep the most conditions
+
+
+def _how_chosen(Ls: np.ndarray, status: str) -> str:
+    if status == "unscored":
+        return f"; no L in {Ls[0]}..{Ls[-1]} could be scored (rank or failed solves)"
+    return "" if Ls.size == 1 else f" chosen by prediction error among {Ls[0]}..{Ls[-1]}"
 
 
 ESTIMATOR = Estimator(

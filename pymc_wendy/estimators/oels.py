@@ -17,10 +17,8 @@ from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.mle import wendy_mle
 from pymc_wendy.estimators.output_error import (
     DEFAULT_SOLVER,
-    _fit_initial_state,
-    _from_log,
-    _local_quadratic_start,
-    _polynomial_start,
+    fit_initial_state,
+    initial_state_guess,
     output_error,
 )
 from pymc_wendy.estimators.registry import Estimator
@@ -57,11 +55,8 @@ def estimate_initial_state(
         try:
             p = wendy_mle(lik, weak_least_squares(lik)).x
         except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-            model = lik.base_model
-            if model.has_operator_terms:
-                return _polynomial_start(model.orders, lik.t, lik.X)
-            return _from_log(_local_quadratic_start(lik.t, lik.X), lik.noise)
-    return _fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, p, solver, inputs=lik.inputs)
+            return initial_state_guess(lik.base_model, lik.t, lik.X, lik.noise)
+    return fit_initial_state(lik.base_model, lik.t, lik.X, lik.noise, p, solver, inputs=lik.inputs)
 
 
 def _solves(model: ODEModel, p, u0, t, solver, inputs=None) -> bool:
@@ -75,35 +70,12 @@ def _solves(model: ODEModel, p, u0, t, solver, inputs=None) -> bool:
 def _fit_oe(
     model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, options, common, inputs=None
 ):
-    D = len(model.companion_states)
     several = isinstance(t, tuple)
     forcing = list(inputs) if several and inputs else [inputs or None] * (len(t) if several else 1)
     if u0 is None:
-        starts = []
-        for (te, Ue), we in zip(
-            zip(t, U, strict=True) if several else [(t, U)], forcing, strict=True
-        ):
-            Z = np.log(Ue) if noise == "lognormal" else Ue
-            if model.has_operator_terms:
-                start = _polynomial_start(model.orders, te, Z)
-            else:
-                start = _from_log(_local_quadratic_start(te, Z), noise)
-            if several and not _solves(model, p_start, start, te, solver, we):
-                # The local fit's start blows up (a noisy small state below zero, say); one
-                # such experiment would stop the joint fit. A single experiment keeps the
-                # papers' protocol, which docs/validation.md reproduces (with this fallback,
-                # output error on logistic growth at 30 % noise no longer fails: median
-                # coefficient error 0.061 against 1.1, WENDy-MLE 0.057).
-                start = _fit_initial_state(model, te, Z, noise, p_start, solver, inputs=we)
-            starts.append(start)
-        u0 = np.array(starts) if several else starts[0]
+        u0 = _initial_states_from_data(model, t, U, p_start, noise, solver, forcing)
     else:
-        u0 = np.asarray(u0, dtype=float)
-        shape = (len(t), D) if several else (D,)
-        if u0.shape != shape or not np.all(np.isfinite(u0)):
-            what = f"{len(t)} x {D} (one row per experiment)" if several else f"{D}"
-            what += f" ({', '.join(model.companion_states)})" if model.has_operator_terms else ""
-            raise ValueError(f"u0 must be {what} finite values; got {u0!r}")
+        u0 = _given_initial_states(model, t, u0)
     oe = output_error(
         model,
         list(t) if several else t,
@@ -117,6 +89,41 @@ def _fit_oe(
         options=options,
         inputs=forcing if several else forcing[0],
     )
+    return _result(oe, model, sigma_est, common)
+
+
+def _initial_states_from_data(model, t, U, p_start, noise, solver, forcing) -> np.ndarray:
+    """Starting initial state of each experiment (one row each when ``t`` is a tuple)."""
+    several = isinstance(t, tuple)
+    starts = []
+    for (te, Ue), we in zip(zip(t, U, strict=True) if several else [(t, U)], forcing, strict=True):
+        Z = np.log(Ue) if noise == "lognormal" else Ue
+        start = initial_state_guess(model, te, Z, noise)
+        if several and not _solves(model, p_start, start, te, solver, we):
+            # The local fit's start blows up (a noisy small state below zero, say); one
+            # such experiment would stop the joint fit. A single experiment keeps the
+            # papers' protocol, which docs/validation.md reproduces (with this fallback,
+            # output error on logistic growth at 30 % noise no longer fails: median
+            # coefficient error 0.061 against 1.1, WENDy-MLE 0.057).
+            start = fit_initial_state(model, te, Z, noise, p_start, solver, inputs=we)
+        starts.append(start)
+    return np.array(starts) if several else starts[0]
+
+
+def _given_initial_states(model, t, u0) -> np.ndarray:
+    """``fit(u0=...)`` checked: (D,), or (E, D) for ``E`` experiments (``t`` a tuple)."""
+    several, D = isinstance(t, tuple), len(model.companion_states)
+    u0 = np.asarray(u0, dtype=float)
+    shape = (len(t), D) if several else (D,)
+    if u0.shape != shape or not np.all(np.isfinite(u0)):
+        what = f"{len(t)} x {D} (one row per experiment)" if several else f"{D}"
+        what += f" ({', '.join(model.companion_states)})" if model.has_operator_terms else ""
+        raise ValueError(f"u0 must be {what} finite values; got {u0!r}")
+    return u0
+
+
+def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
+    """The :class:`FitResult` of an output-error fit ``oe`` (an :class:`OutputErrorFit`)."""
     J = model.n_params
     if oe.solve_failed:  # no trajectory, so no Jacobian: nothing to say about uncertainty
         cov = np.full((J, J), np.nan)

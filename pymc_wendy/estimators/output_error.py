@@ -14,7 +14,7 @@ The Jacobian comes from forward sensitivities: the state is integrated together 
 generated derivatives compiled by numba. A failed solve at a trial point is reported to the
 optimiser as a very poor fit, so it backs off instead of stopping.
 
-:func:`_fit_initial_state` (``u0`` with ``p`` held fixed, Gauss-Newton on the variational
+:func:`fit_initial_state` (``u0`` with ``p`` held fixed, Gauss-Newton on the variational
 equations) is the special case used for predictive trajectories of the weak-form estimates
 (:func:`pymc_wendy.estimate_initial_state`) and for the noise level from a fit's residuals
 (:func:`residual_noise`, ``fit(..., sigma="residual")``). Models of order > 1 or with known
@@ -71,7 +71,7 @@ def _sensitivity_rhs(model: ODEModel):
 
     Compiled once per model (kept with the model's other generated functions).
     """
-    return model._cached(("sensitivity", "loop"), _compile_sensitivity_rhs)
+    return model.cached(("sensitivity", "loop"), _compile_sensitivity_rhs)
 
 
 def _compile_sensitivity_rhs(model: ODEModel):
@@ -350,22 +350,46 @@ class _InitialState:
         return self._solve(x0)[1]
 
 
-def _fit_initial_state(
+def fit_initial_state(
     model: ODEModel, t, X, noise: str, p, solver=None, *, inputs=None, n: int | None = None
 ) -> np.ndarray:
-    """``u0`` fitted to the first ``n`` rows of ``X`` (the data on the likelihood's scale;
-    default the first quarter, at least 10 rows). For a model of order > 1 or with inputs,
-    ``u0`` is the companion state (:attr:`~pymc_wendy.ODEModel.companion_states`) and
-    ``inputs`` the validated input mapping."""
+    """The initial state whose solution at fixed ``p`` fits the first data points best.
+
+    Gauss-Newton (:func:`scipy.optimize.least_squares`) on the state and its variational
+    equations, from the best of a few data-based guesses; if it fails, the best guess.
+
+    Parameters
+    ----------
+    model : ODEModel
+    t : ndarray (N,)
+        Validated times.
+    X : ndarray (N, D)
+        The data on the likelihood's scale (``log U`` for log-normal noise).
+    noise : {"normal", "lognormal"}
+    p : array_like (J,)
+        Parameters, held fixed.
+    solver : mapping, optional
+        Forward-solver settings over :data:`DEFAULT_SOLVER`.
+    inputs : mapping, optional
+        The validated inputs of a forced model.
+    n : int, optional
+        Fit to the first ``n`` rows; default the first quarter, at least 10 rows.
+
+    Returns
+    -------
+    ndarray
+        ``u0`` on the data's own scale; for a model of order > 1 or with inputs, the
+        companion state (:attr:`~pymc_wendy.ODEModel.companion_states`).
+    """
     n = min(max(10, t.size // 4) if n is None else int(n), t.size)
     prob = _InitialState(model, t, X, noise, p, n, {**DEFAULT_SOLVER, **(solver or {})}, inputs)
     # A noisy local fit can put a state's start where the solution blows up (a predator
     # population below zero): then the solve fails everywhere near it and least squares
     # cannot move. Start from the best of a few data-based guesses instead.
     if model.has_operator_terms:
-        guesses = [_polynomial_start(model.orders, t, X)]
+        guesses = [polynomial_start(model.orders, t, X)]
     else:
-        start = _local_quadratic_start(t, X)
+        start = local_quadratic_start(t, X)
         guesses = [start, X[0], X[: min(5, n)].mean(axis=0), np.median(X[:n], axis=0)]
     costs = [float(np.sum(prob.residual(g) ** 2)) for g in guesses]
     best = guesses[int(np.argmin(costs))]
@@ -398,12 +422,31 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     ``likelihood`` is a single-experiment :class:`~pymc_wendy.WeakLikelihood`.
     """
     lik = likelihood
-    return _residual_noise(lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver)
+    return residual_noise_of_data(lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver)
 
 
-def _residual_noise(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualNoise:
-    """:func:`residual_noise` from the data on the likelihood's scale ``X``; a given ``u0``
-    (output error's own) is used as it is."""
+def residual_noise_of_data(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualNoise:
+    """:func:`residual_noise` from the data themselves rather than a likelihood.
+
+    Parameters
+    ----------
+    model : ODEModel
+    t : ndarray (N,)
+    X : ndarray (N, D)
+        The data on the likelihood's scale (``log U`` for log-normal noise).
+    noise : {"normal", "lognormal"}
+    p : array_like (J,)
+    inputs : mapping or None
+        The validated inputs of a forced model.
+    solver : mapping or None
+        Forward-solver settings over :data:`DEFAULT_SOLVER`.
+    u0 : array_like, optional
+        An initial state to use as it is (output error's own); fitted when not given.
+
+    Returns
+    -------
+    ResidualNoise
+    """
     p = np.asarray(p, dtype=float)
     N, D = X.shape
     n0 = len(model.companion_states)
@@ -414,7 +457,7 @@ def _residual_noise(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualN
             f"{model.n_params} parameters and {n0} initial values"
         )
     if u0 is None:
-        u0 = _fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
+        u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
     U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
     if noise == "lognormal" and np.any(U <= 0):
@@ -424,17 +467,35 @@ def _residual_noise(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualN
     return ResidualNoise(sigma=np.sqrt(rss / dof), u0=np.asarray(u0), dof=float(dof), rss=rss)
 
 
-def _local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """Value at ``t_0`` of a parabola fitted to the first ``clip(n // 20, 7, 31)`` points."""
+def initial_state_guess(model: ODEModel, t: np.ndarray, Z: np.ndarray, noise: str) -> np.ndarray:
+    """A quick initial state from the first data points, without solving the ODE.
+
+    :func:`polynomial_start` for a model of order > 1 or with inputs; otherwise
+    :func:`local_quadratic_start`, taken back from the log scale for log-normal noise.
+    ``Z`` (N, D) are the data on the likelihood's scale (``log U`` for log-normal noise).
+    """
+    if model.has_operator_terms:
+        return polynomial_start(model.orders, t, Z)
+    return _from_log(local_quadratic_start(t, Z), noise)
+
+
+def local_quadratic_start(t: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """Value at ``t_0`` of a parabola fitted to the first ``clip(n // 20, 7, 31)`` points.
+
+    ``t`` (N,) times, ``X`` (N, D) data; returns (D,)."""
     n = min(max(7, min(t.size // 20, 31)), t.size)
     V = np.vander(t[:n] - t[0], 3)
     return np.linalg.lstsq(V, X[:n], rcond=None)[0][-1]
 
 
-def _polynomial_start(orders, t: np.ndarray, X: np.ndarray) -> np.ndarray:
-    """A companion state at ``t[0]``: each state's value and its derivatives up to its order
-    - 1, from a least-squares polynomial of degree ``order + 1`` through the first
-    ``3 (order + 2)`` points (fewer if the data are shorter)."""
+def polynomial_start(orders, t: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """A companion state at ``t[0]`` from the first data points.
+
+    Each state's value and its derivatives up to its order - 1, from a least-squares
+    polynomial of degree ``order + 1`` through the first ``3 (order + 2)`` points (fewer if
+    the data are shorter). ``orders`` are the states' orders (``ODEModel.orders``), ``t``
+    (N,) times, ``X`` (N, D) data; returns the companion state
+    (:attr:`~pymc_wendy.ODEModel.companion_states`)."""
     out = []
     for d, q in enumerate(orders):
         deg = min(q + 1, t.size - 1)

@@ -52,6 +52,9 @@ class Estimator:
     operator_models : bool
         Whether it handles models of order > 1 or with inputs
         (``ODEModel.has_operator_terms``); ``fit`` refuses them early otherwise.
+    bias_correction : bool
+        Whether it runs ``problem.bias_correction`` (:mod:`pymc_wendy.weak.bias`); ``fit``
+        refuses ``bias_correction=`` for the others.
     """
 
     name: str
@@ -64,6 +67,7 @@ class Estimator:
     needs_start: bool = True
     check_options: Callable[[Mapping, str], None] | None = field(default=None, compare=False)
     operator_models: bool = False
+    bias_correction: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}

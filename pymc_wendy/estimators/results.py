@@ -36,9 +36,8 @@ import numpy as np
 from scipy import stats
 
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.weak.joint import JointLikelihood, diagnose
 from pymc_wendy.weak.kernels import WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["BiasCorrection", "FitResult", "FitWarning"]
 
@@ -181,7 +180,7 @@ class FitResult:
     covariance_kind: str
     t: np.ndarray
     U: np.ndarray
-    likelihood: WeakLikelihood | JointLikelihood | None = None
+    likelihood: Likelihood | None = None
     u0: np.ndarray | None = None
     history: dict[str, Any] = field(default_factory=dict)
     bias_correction: BiasCorrection | None = None
@@ -400,9 +399,7 @@ class FitResult:
                 f"diagnostics need the weak likelihood; this {self.method!r} fit has none"
             )
         lik = self.likelihood
-        values = (
-            lik.diagnostics(self.x) if isinstance(lik, JointLikelihood) else diagnose([lik], self.x)
-        )
+        values = lik.diagnostics(self.x)
         return xr.Dataset(
             {k: ("experiment", v) for k, v in values.items()},
             coords={"experiment": np.arange(self.n_experiments)},
@@ -422,7 +419,7 @@ class FitResult:
         > 1, ``u0`` is the companion state (``model.companion_states``) and the known inputs
         are those of the fit; :func:`pymc_wendy.solve` gives the derivatives too.
         """
-        from pymc_wendy.estimators.output_error import DEFAULT_SOLVER, _fit_initial_state
+        from pymc_wendy.estimators.output_error import DEFAULT_SOLVER, fit_initial_state
         from pymc_wendy.model.simulate import solve
 
         E = self.n_experiments
@@ -442,7 +439,7 @@ class FitResult:
             if self.u0 is None:
                 liks = self.likelihood.experiments if E > 1 else [self.likelihood]
                 u0s = [
-                    _fit_initial_state(
+                    fit_initial_state(
                         lik.base_model, lik.t, lik.X, lik.noise, self.x, inputs=lik.inputs
                     )
                     for lik in liks

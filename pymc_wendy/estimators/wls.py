@@ -18,12 +18,12 @@ from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.kernels import WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["default_start", "screened_start", "weak_least_squares"]
 
 
-def _wls(lik: WeakLikelihood, p0, max_iter: int = 50, tol: float = 1e-10, bounds=None):
+def solve_wls(lik: Likelihood, p0, max_iter: int = 50, tol: float = 1e-10, bounds=None):
     """Weak least squares; returns ``(p, nit, converged)``."""
     J = lik.model.n_params
     p = np.ones(J) if p0 is None else np.array(p0, dtype=float)
@@ -51,7 +51,7 @@ def _wls(lik: WeakLikelihood, p0, max_iter: int = 50, tol: float = 1e-10, bounds
     return p, max_iter, False
 
 
-def _wls_bounded(lik: WeakLikelihood, p, bounds, max_iter: int):
+def _wls_bounded(lik: Likelihood, p, bounds, max_iter: int):
     if lik.model.is_linear_in_params:
         G = lik.dr_dp(p)
         res = optimize.lsq_linear(G, -(lik.residual(p) - G @ p), bounds=bounds)
@@ -72,7 +72,7 @@ def _wls_bounded(lik: WeakLikelihood, p, bounds, max_iter: int):
 
 
 def weak_least_squares(
-    lik: WeakLikelihood, p0=None, *, max_iter: int = 50, tol: float = 1e-10
+    lik: Likelihood, p0=None, *, max_iter: int = 50, tol: float = 1e-10
 ) -> np.ndarray:
     """Minimise ``||r(p)||^2`` by Gauss-Newton steps with the analytic ``dr/dp``.
 
@@ -80,7 +80,7 @@ def weak_least_squares(
     otherwise iterate from ``p0`` (default all ones) with step halving until the step is
     below ``tol`` relative to ``p``. :func:`fit` with ``method="wls"`` wraps this in a result.
     """
-    return _wls(lik, p0, max_iter, tol)[0]
+    return solve_wls(lik, p0, max_iter, tol)[0]
 
 
 def _wls_message(linear: bool, bounded: bool, ok: bool) -> str:
@@ -95,7 +95,7 @@ def _wls_message(linear: bool, bounded: bool, ok: bool) -> str:
 _SCREEN_STARTS = 16
 
 
-def default_start(lik: WeakLikelihood | None, model: ODEModel, bounds) -> np.ndarray:
+def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray:
     """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
     least squares from the box's centre and a Sobol design in the box."""
     if model.is_linear_in_params and lik is not None:
@@ -144,7 +144,7 @@ def run(problem: FitProblem) -> FitResult:
     p0 = problem.p0
     if p0 is None and not model.is_linear_in_params:  # the closed form needs no start
         p0 = default_start(lik, model, problem.bounds)
-    p, nit, ok = _wls(lik, p0, bounds=problem.bounds, **problem.options)
+    p, nit, ok = solve_wls(lik, p0, bounds=problem.bounds, **problem.options)
     r = lik.residual(p)
     return FitResult(
         x=p,

@@ -116,7 +116,7 @@ class Input:
     def __call__(self, times) -> np.ndarray:
         """Input values at ``times`` (an error outside the domain)."""
         times = np.asarray(times, dtype=float)
-        self._check_covers(float(np.min(times)), float(np.max(times)), "the requested times")
+        self.check_covers(float(np.min(times)), float(np.max(times)), "the requested times")
         if self._fn is not None:
             out = np.asarray(self._fn(times), dtype=float)
             if out.shape != times.shape:
@@ -132,7 +132,8 @@ class Input:
     def _label(self) -> str:
         return f"input {self.name!r}" if self.name else "the input"
 
-    def _check_covers(self, lo: float, hi: float, what: str) -> None:
+    def check_covers(self, lo: float, hi: float, what: str) -> None:
+        """Raise a clear error if ``[lo, hi]`` (the span of ``what``) leaves the input's domain."""
         a, b = self.domain
         tol = 1e-12 * max(1.0, abs(lo), abs(hi))
         if lo < a - tol or hi > b + tol:
@@ -163,7 +164,7 @@ class Input:
                 "grid (from build_test_functions), not user matrices"
             )
         lo, hi = float(tf.t[0]), float(tf.t[-1])
-        self._check_covers(lo, hi, "the data")
+        self.check_covers(lo, hi, "the data")
         edges = np.concatenate([tf.centres - tf.widths, tf.centres + tf.widths, self.breakpoints])
         cuts = np.unique(np.clip(np.concatenate([[lo, hi], edges]), lo, hi))
         x, w = np.polynomial.legendre.leggauss(_NODES)

@@ -25,6 +25,7 @@ import math
 import types
 from collections.abc import Callable, Sequence
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import sympy as sp
@@ -32,6 +33,14 @@ import sympy as sp
 from pymc_wendy.model import codegen
 
 __all__ = ["ODEModel", "ODEDefinitionError"]
+
+
+class ModelSymbols(NamedTuple):
+    """The sympy symbols of a model's expressions (:attr:`ODEModel.symbols`)."""
+
+    t: sp.Symbol
+    u: tuple[sp.Symbol, ...]
+    p: tuple[sp.Symbol, ...]
 
 
 class ODEDefinitionError(ValueError):
@@ -288,16 +297,27 @@ class ODEModel:
         return [sp.Symbol(f"w{i}", real=True) for i in range(len(self.inputs))]
 
     def _trace(self, rhs: Callable, t, u, p, w=()) -> list[sp.Expr]:
-        signature = "rhs(t, u, p, w)" if w else "rhs(t, u, p)"
         if not callable(rhs):
+            signature = "rhs(t, u, p, w)" if w else "rhs(t, u, p)"
             raise ODEDefinitionError(f"rhs must be callable as {signature}; got {type(rhs)!r}")
+        out = self._call_symbolically(rhs, t, u, p, w)
+        exprs = self._components(out, allowed={t, *u, *p, *w})
+        used = set().union(*(e.free_symbols for e in exprs))
+        unused = [name for name, sym in zip(self.params, p, strict=True) if sym not in used]
+        if unused:
+            raise ODEDefinitionError(f"parameters {unused} do not appear in the right-hand side")
+        return exprs
+
+    def _call_symbolically(self, rhs: Callable, t, u, p, w):
+        """``rhs`` called on the symbols (numpy functions swapped for sympy's), its failures
+        explained in terms of the model's names."""
         D = len(self.states)
         traced = _symbolic_copy(rhs)
         args = [t, np.array(u, dtype=object), np.array(p, dtype=object)]
         if w:
             args.append(np.array(w, dtype=object))
         try:
-            out = traced(*args)
+            return traced(*args)
         except ODEDefinitionError:
             raise
         except ValueError as exc:
@@ -323,6 +343,11 @@ class ODEModel:
             raise ODEDefinitionError(f"could not trace the right-hand side: {exc}{hint}") from exc
         except Exception as exc:
             raise ODEDefinitionError(f"could not trace the right-hand side: {exc!r}") from exc
+
+    def _components(self, out, allowed: set) -> list[sp.Expr]:
+        """The value returned by the traced right-hand side as one finite sympy expression per
+        state, each in the ``allowed`` symbols only."""
+        D = len(self.states)
         if isinstance(out, (sp.Basic, int, float)) and D == 1:
             out = [out]
         try:
@@ -334,7 +359,6 @@ class ODEModel:
                 f"rhs returned {len(out)} components but {D} states were named {list(self.states)}"
             )
         exprs = []
-        allowed = {t, *u, *p, *w}
         for d, e in enumerate(out):
             try:
                 e = sp.sympify(e)
@@ -351,10 +375,6 @@ class ODEModel:
             if e.has(sp.zoo, sp.nan, sp.oo, -sp.oo):
                 raise ODEDefinitionError(f"component {d} ({self.states[d]}) is not finite: {e}")
             exprs.append(e)
-        used = set().union(*(e.free_symbols for e in exprs))
-        unused = [name for name, sym in zip(self.params, p, strict=True) if sym not in used]
-        if unused:
-            raise ODEDefinitionError(f"parameters {unused} do not appear in the right-hand side")
         return exprs
 
     def _set_expressions(self, exprs: Sequence[sp.Expr]):
@@ -390,7 +410,7 @@ class ODEModel:
                     raise ODEDefinitionError(
                         f"equation {d} ({self.states[d]}): {what} must enter linearly with a "
                         f"coefficient of the parameters alone; its coefficient is "
-                        f"{self._named(coeff)}"
+                        f"{self.named(coeff)}"
                     )
                 if sym in inputs:
                     input_terms[(d, inputs.index(sym))] = coeff
@@ -463,7 +483,20 @@ class ODEModel:
         :attr:`companion_states`: the columns of a companion solution that data observe."""
         return np.cumsum(self.orders) - np.asarray(self.orders)
 
-    def _named(self, expr: sp.Expr) -> sp.Expr:
+    @property
+    def symbols(self) -> ModelSymbols:
+        """The sympy symbols the traced expressions use: time ``t``, the observed states ``u``
+        and the parameters ``p`` (for code that builds its own expressions or functions from
+        the model, e.g. the operator coefficients or a plain pytensor graph)."""
+        return ModelSymbols(self._t, tuple(self._u), tuple(self._p))
+
+    def derivative_expressions(self, which: str) -> sp.Array:
+        """The symbolic array behind :meth:`evaluate`'s ``which`` (``"f"``, ``"f_u"``, ...)."""
+        if which not in self._jacobians:
+            raise ValueError(f"unknown derivative {which!r}; one of {sorted(self._jacobians)}")
+        return self._jacobians[which]
+
+    def named(self, expr: sp.Expr) -> sp.Expr:
         """``expr`` with internal symbols replaced by the user's names (for messages)."""
         pairs = [
             *zip(self._companion_symbols(), self.companion_states, strict=True),
@@ -479,7 +512,7 @@ class ODEModel:
         for d, e in enumerate(self.full_expressions):
             q = self.orders[d]
             lhs = f"d{self.states[d]}/dt" if q == 1 else _derivative_name(self.states, d, q)
-            lines.append(f"  {lhs} = {self._named(e)}")
+            lines.append(f"  {lhs} = {self.named(e)}")
         return "\n".join(lines)
 
     @property
@@ -549,9 +582,10 @@ class ODEModel:
     def _functions(self) -> dict[tuple[str, str], Callable]:
         return {}
 
-    def _cached(self, key: tuple[str, str], build: Callable[[ODEModel], Callable]) -> Callable:
-        """``build(self)``, compiled once per model and kept with its generated functions
-        (the sensitivity right-hand side of output error, the fixed-step kernel of ``deq``)."""
+    def cached(self, key: tuple[str, str], build: Callable[[ODEModel], Callable]) -> Callable:
+        """``build(self)``, built once per model and kept with its generated functions (the
+        sensitivity right-hand side of output error, the fixed-step kernel of ``deq``, the
+        operator coefficients): ``key`` names it, and must be unique to its builder."""
         fn = self._functions.get(key)
         if fn is None:
             fn = self._functions[key] = build(self)
@@ -703,7 +737,7 @@ class ODEModel:
                 p=model._p,
             )
 
-        return self._cached(("companion", which), build)
+        return self.cached(("companion", which), build)
 
     # log-normal noise
     def log_transformed(self) -> ODEModel:

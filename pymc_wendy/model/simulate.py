@@ -243,7 +243,7 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
     forcing = list(as_inputs(model.inputs, inputs, t).values())
     breaks = np.zeros(0)
     for w in forcing:
-        w._check_covers(float(t[0]), float(t[-1]), "the output times")
+        w.check_covers(float(t[0]), float(t[-1]), "the output times")
     if forcing:
         breaks = np.unique(np.concatenate([w.breakpoints for w in forcing]))
     operator = model.has_operator_terms
@@ -439,6 +439,42 @@ def _cached_solution(
     return U
 
 
+def _fine_grid(t_span, t, n_points: int | None) -> np.ndarray:
+    """The fine solution grid of :func:`simulate`: ``n_points`` uniform points on ``t_span``
+    (default 1025), or the explicit grid ``t``; exactly one of the two is given."""
+    if (t_span is None) == (t is None):
+        raise ValueError("give exactly one of t_span and t")
+    if t is not None:
+        if n_points is not None:
+            raise ValueError("n_points applies to t_span only; the explicit t defines the grid")
+        return check_times(t)
+    n_points = 1025 if n_points is None else _positive_int(n_points, "n_points", 2)
+    try:
+        t0, t1 = (float(s) for s in t_span)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"t_span must be (start, end); got {t_span!r}") from exc
+    if not (np.isfinite(t0) and np.isfinite(t1) and t1 > t0):
+        raise ValueError(f"t_span must be finite with end > start; got {t_span!r}")
+    return np.linspace(t0, t1, n_points)
+
+
+def _observe(
+    model: ODEModel, t_fine: np.ndarray, U_fine: np.ndarray, subsample: int, drop_nonpositive
+) -> tuple[np.ndarray, np.ndarray, tuple[float, ...]]:
+    """``(t, U_true, dropped_times)``: every ``subsample``-th point of the fine solution, its
+    observed columns (the states, not their derivatives), and, with ``drop_nonpositive``,
+    without the points where some state is <= 0 (whose times are returned)."""
+    t_obs = t_fine[::subsample].copy()
+    U_true = U_fine[::subsample][:, model.observed_columns].copy()
+    if not drop_nonpositive:
+        return t_obs, U_true, ()
+    keep = np.all(U_true > 0, axis=1)
+    dropped = tuple(float(s) for s in t_obs[~keep])
+    if not np.any(keep):
+        raise ValueError("every grid point has a state <= 0; nothing is left to observe")
+    return t_obs[keep], U_true[keep], dropped
+
+
 def simulate(
     model: ODEModel,
     p,
@@ -529,21 +565,7 @@ def simulate(
     forcing = as_inputs(model.inputs, inputs, np.zeros(2)) if model.inputs else {}
     if any(w.t is not None for w in forcing.values()):
         raise ValueError("inputs of simulate must be Input objects or callables, not arrays")
-    if (t_span is None) == (t is None):
-        raise ValueError("give exactly one of t_span and t")
-    if t is None:
-        n_points = 1025 if n_points is None else _positive_int(n_points, "n_points", 2)
-        try:
-            t0, t1 = (float(s) for s in t_span)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"t_span must be (start, end); got {t_span!r}") from exc
-        if not (np.isfinite(t0) and np.isfinite(t1) and t1 > t0):
-            raise ValueError(f"t_span must be finite with end > start; got {t_span!r}")
-        t_fine = np.linspace(t0, t1, n_points)
-    else:
-        if n_points is not None:
-            raise ValueError("n_points applies to t_span only; the explicit t defines the grid")
-        t_fine = check_times(t)
+    t_fine = _fine_grid(t_span, t, n_points)
     if atol is None:
         atol = _LOGNORMAL_ATOL if noise == "lognormal" else 1e-12
     if drop_nonpositive and noise != "lognormal":
@@ -561,16 +583,7 @@ def simulate(
         max_nfev,
         tuple(forcing.items()),
     )
-    observed = np.cumsum(model.orders) - np.asarray(model.orders)
-    t_obs = t_fine[::subsample].copy()
-    U_true = U_fine[::subsample][:, observed].copy()
-    dropped: tuple[float, ...] = ()
-    if drop_nonpositive:
-        keep = np.all(U_true > 0, axis=1)
-        dropped = tuple(float(s) for s in t_obs[~keep])
-        if not np.any(keep):
-            raise ValueError("every grid point has a state <= 0; nothing is left to observe")
-        t_obs, U_true = t_obs[keep], U_true[keep]
+    t_obs, U_true, dropped = _observe(model, t_fine, U_fine, subsample, drop_nonpositive)
     U, sigma = add_noise(U_true, noise=noise, noise_ratio=nr, seed=seed, noise_scale=noise_scale)
     return SimulatedData(
         t=t_obs,

@@ -286,152 +286,156 @@ def _build(
     )
 
 
-def _make_problems() -> dict[str, Problem]:
-    problems = [
-        _build(
-            "logistic",
-            _logistic,
-            ["u"],
-            [1.0, 1.0],
-            [0.01],
-            (0.0, 10.0),
-            bounds=[(0.0, 10.0)] * 2,
-            reference=f"{_WENDY_MLE}; {_WENDY_2023}",
-            notes=(
-                "u' = p1 u - p2 u^2 with p* = (1, 1) as in the authors' code; WENDy-MLE prints "
-                "u' = p1 u + p2 u^2 with p* = (1, -1) (same relative metrics). Exact solution "
-                "u(t) = 1 / (1 + 99 exp(-t))."
-            ),
+#: keyword arguments of :func:`_build` for the problems of the two papers' tables, in their
+#: order (the head-acceleration model, second order with an input, is built on its own)
+_PAPER_PROBLEMS: tuple[dict, ...] = (
+    dict(
+        name="logistic",
+        rhs=_logistic,
+        states=["u"],
+        p_true=[1.0, 1.0],
+        u0=[0.01],
+        t_span=(0.0, 10.0),
+        bounds=[(0.0, 10.0)] * 2,
+        reference=f"{_WENDY_MLE}; {_WENDY_2023}",
+        notes=(
+            "u' = p1 u - p2 u^2 with p* = (1, 1) as in the authors' code; WENDy-MLE prints "
+            "u' = p1 u + p2 u^2 with p* = (1, -1) (same relative metrics). Exact solution "
+            "u(t) = 1 / (1 + 99 exp(-t))."
         ),
-        _build(
-            "lotka_volterra",
-            _lotka_volterra,
-            ["x", "y"],
-            [3.0, -1.0, -6.0, 1.0],
-            [1.0, 1.0],
-            (0.0, 5.0),
-            reference=_WENDY_2023,
-            notes=(
-                "Prey x, predator y. Conserved: p4 x + p3 log x - p2 y - p1 log y "
-                "(= x - 6 log x + y - 3 log y at p*). No bounds in the paper."
-            ),
+    ),
+    dict(
+        name="lotka_volterra",
+        rhs=_lotka_volterra,
+        states=["x", "y"],
+        p_true=[3.0, -1.0, -6.0, 1.0],
+        u0=[1.0, 1.0],
+        t_span=(0.0, 5.0),
+        reference=_WENDY_2023,
+        notes=(
+            "Prey x, predator y. Conserved: p4 x + p3 log x - p2 y - p1 log y "
+            "(= x - 6 log x + y - 3 log y at p*). No bounds in the paper."
         ),
-        _build(
-            "fitzhugh_nagumo",
-            _fitzhugh_nagumo,
-            ["v", "w"],
-            [3.0, -3.0, 3.0, -1.0 / 3.0, 17.0 / 150.0, 1.0 / 15.0],
-            [0.0, 0.1],
-            (0.0, 25.0),
-            reference=_WENDY_2023,
-            notes="Voltage v, recovery w. No bounds in the paper.",
-        ),
-        _build(
-            "hindmarsh_rose",
-            _hindmarsh_rose,
-            ["x", "y", "z"],
-            [10.0, 10.0, 30.0, 10.0, 10.0, 50.0, 10.0, 0.04, 0.0319, 0.01],
-            [-1.31, -7.6, -0.2],
-            (0.0, 10.0),
-            bounds=[
-                (0.0, 20.0),
-                (0.0, 20.0),
-                (0.0, 60.0),
-                (0.0, 20.0),
-                (0.0, 20.0),
-                (0.0, 100.0),
-                (0.0, 20.0),
-                (0.0, 1.0),
-                (0.0, 1.0),
-                (0.0, 1.0),
-            ],
-            stiff=True,
-            reference=f"{_WENDY_MLE}; {_WENDY_2023}",
-            notes=(
-                "Signs as in the authors' code: y' = p5 - p6 x^2 - p7 y and z' = p8 x + p9 - p10 z "
-                "(WENDy-MLE prints +p7 y; WENDy 2023 writes the same system with all terms added "
-                "and p = (10, -10, 30, -10, 10, -50, -10, 0.04, 0.0319, -0.01)). Bursting, "
-                "slow-fast; marked stiff, so it is solved with Radau and the analytic Jacobian."
-            ),
-        ),
-        _build(
-            "protein_transduction",
-            _protein_transduction,
-            ["S", "dS", "R", "RS", "Rpp"],
-            [-0.07, -0.6, 0.35, 0.07, -0.6, 0.05, 0.017, 0.6, -0.35, 0.3, -0.017],
-            [1.0, 0.0, 1.0, 0.0, 1.0],
-            (0.0, 25.0),
-            reference=_WENDY_2023,
-            notes=(
-                "States S, dS, R, RS, Rpp (Schoeberl et al. 2002 / Vyshemirsky and Girolami "
-                "2008). p7 = 0.017 as in the authors' MATLAB data file; WENDy 2023 Table 1 prints "
-                "0.17, but the rms(vec U*) = 0.81 that the same table prints is reproduced by "
-                "p7 = 0.017 (0.17 gives about 1.20), so the paper's runs used 0.017. No bounds "
-                "in the paper."
-            ),
-        ),
-        _build(
-            "lorenz",
-            _lorenz,
-            ["x", "y", "z"],
-            [10.0, 28.0, 8.0 / 3.0],
-            [2.0, 1.0, 1.0],
-            (0.0, 10.0),
-            bounds=[(0.0, 20.0), (0.0, 35.0), (0.0, 5.0)],
-            reference=_WENDY_MLE,
-            notes=(
-                "Chaotic: solver errors are amplified along the trajectory; at the default "
-                "rtol = 1e-10 the 1025-point truth differs from an rtol = 1e-13 solve by about "
-                "1e-8 (1e-10 relative to max |u|) on [0, 10]."
-            ),
-        ),
-        _build(
-            "goodwin_2d",
-            _goodwin_2d,
-            ["x", "y"],
-            [72.0, 1.0, 2.0, 1.0, 1.0],
-            [7.0, -10.0],
+    ),
+    dict(
+        name="fitzhugh_nagumo",
+        rhs=_fitzhugh_nagumo,
+        states=["v", "w"],
+        p_true=[3.0, -3.0, 3.0, -1.0 / 3.0, 17.0 / 150.0, 1.0 / 15.0],
+        u0=[0.0, 0.1],
+        t_span=(0.0, 25.0),
+        reference=_WENDY_2023,
+        notes="Voltage v, recovery w. No bounds in the paper.",
+    ),
+    dict(
+        name="hindmarsh_rose",
+        rhs=_hindmarsh_rose,
+        states=["x", "y", "z"],
+        p_true=[10.0, 10.0, 30.0, 10.0, 10.0, 50.0, 10.0, 0.04, 0.0319, 0.01],
+        u0=[-1.31, -7.6, -0.2],
+        t_span=(0.0, 10.0),
+        bounds=[
+            (0.0, 20.0),
+            (0.0, 20.0),
             (0.0, 60.0),
-            bounds=[(60.0, 80.0), (1.0, 3.0), (0.5, 3.0), (0.5, 3.0), (0.5, 3.0)],
-            reference=_WENDY_MLE,
-            notes="p2* = 1 lies on its lower bound, as in the paper.",
+            (0.0, 20.0),
+            (0.0, 20.0),
+            (0.0, 100.0),
+            (0.0, 20.0),
+            (0.0, 1.0),
+            (0.0, 1.0),
+            (0.0, 1.0),
+        ],
+        stiff=True,
+        reference=f"{_WENDY_MLE}; {_WENDY_2023}",
+        notes=(
+            "Signs as in the authors' code: y' = p5 - p6 x^2 - p7 y and z' = p8 x + p9 - p10 z "
+            "(WENDy-MLE prints +p7 y; WENDy 2023 writes the same system with all terms added "
+            "and p = (10, -10, 30, -10, 10, -50, -10, 0.04, 0.0319, -0.01)). Bursting, "
+            "slow-fast; marked stiff, so it is solved with Radau and the analytic Jacobian."
         ),
-        _build(
-            "goodwin_3d",
-            _goodwin_3d,
-            ["x", "y", "z"],
-            [3.4884, 0.0969, 1.0, 10.0, 0.0969, 0.0581, 0.0969, 0.0775],
-            [0.3617, 0.9137, 1.3934],
-            (0.0, 80.0),
-            noise="lognormal",
-            bounds=[(1.0, 5.0), (0.0, 0.2), (0.0, 2.0), (5.0, 15.0)] + [(0.0, 0.2)] * 4,
-            reference=_WENDY_MLE,
-            notes=(
-                "Eight parameters with p3 = 1 as in the authors' code (WENDy-MLE Table 2 prints "
-                "seven, omitting p3). Hill coefficient p4 = 10. The solution is positive."
-            ),
+    ),
+    dict(
+        name="protein_transduction",
+        rhs=_protein_transduction,
+        states=["S", "dS", "R", "RS", "Rpp"],
+        p_true=[-0.07, -0.6, 0.35, 0.07, -0.6, 0.05, 0.017, 0.6, -0.35, 0.3, -0.017],
+        u0=[1.0, 0.0, 1.0, 0.0, 1.0],
+        t_span=(0.0, 25.0),
+        reference=_WENDY_2023,
+        notes=(
+            "States S, dS, R, RS, Rpp (Schoeberl et al. 2002 / Vyshemirsky and Girolami "
+            "2008). p7 = 0.017 as in the authors' MATLAB data file; WENDy 2023 Table 1 prints "
+            "0.17, but the rms(vec U*) = 0.81 that the same table prints is reproduced by "
+            "p7 = 0.017 (0.17 gives about 1.20), so the paper's runs used 0.017. No bounds "
+            "in the paper."
         ),
-        _build(
-            "sir_tdi",
-            _sir_tdi,
-            ["S", "I", "R"],
-            [0.2, 1.5, 0.074, 0.113, 0.0024],
-            [1.0, 0.0, 0.0],
-            (0.0, 50.0),
-            noise="lognormal",
-            bounds=[(1e-4, 1.0), (1e-4, 2.0), (1e-4, 1.0), (1e-4, 1.0), (1e-4, 1.0)],
-            reference=_WENDY_MLE,
-            notes=(
-                "p1 = 0.2 as in the authors' code (WENDy-MLE Table 2 prints 1.99, outside its "
-                "own bounds). u(0) = (1, 0, 0) cannot be logged: under log-normal noise "
-                "Problem.simulate drops the initial point (the only one with a state <= 0) and "
-                "records it in SimulatedData.dropped_times. R grows like t^4 at first (about "
-                "8e-11 at the first step of a 1025-point grid), so log-normal data are solved "
-                "with relative error control only."
-            ),
+    ),
+    dict(
+        name="lorenz",
+        rhs=_lorenz,
+        states=["x", "y", "z"],
+        p_true=[10.0, 28.0, 8.0 / 3.0],
+        u0=[2.0, 1.0, 1.0],
+        t_span=(0.0, 10.0),
+        bounds=[(0.0, 20.0), (0.0, 35.0), (0.0, 5.0)],
+        reference=_WENDY_MLE,
+        notes=(
+            "Chaotic: solver errors are amplified along the trajectory; at the default "
+            "rtol = 1e-10 the 1025-point truth differs from an rtol = 1e-13 solve by about "
+            "1e-8 (1e-10 relative to max |u|) on [0, 10]."
         ),
-        _head_acceleration_problem(),
-    ]
+    ),
+    dict(
+        name="goodwin_2d",
+        rhs=_goodwin_2d,
+        states=["x", "y"],
+        p_true=[72.0, 1.0, 2.0, 1.0, 1.0],
+        u0=[7.0, -10.0],
+        t_span=(0.0, 60.0),
+        bounds=[(60.0, 80.0), (1.0, 3.0), (0.5, 3.0), (0.5, 3.0), (0.5, 3.0)],
+        reference=_WENDY_MLE,
+        notes="p2* = 1 lies on its lower bound, as in the paper.",
+    ),
+    dict(
+        name="goodwin_3d",
+        rhs=_goodwin_3d,
+        states=["x", "y", "z"],
+        p_true=[3.4884, 0.0969, 1.0, 10.0, 0.0969, 0.0581, 0.0969, 0.0775],
+        u0=[0.3617, 0.9137, 1.3934],
+        t_span=(0.0, 80.0),
+        noise="lognormal",
+        bounds=[(1.0, 5.0), (0.0, 0.2), (0.0, 2.0), (5.0, 15.0)] + [(0.0, 0.2)] * 4,
+        reference=_WENDY_MLE,
+        notes=(
+            "Eight parameters with p3 = 1 as in the authors' code (WENDy-MLE Table 2 prints "
+            "seven, omitting p3). Hill coefficient p4 = 10. The solution is positive."
+        ),
+    ),
+    dict(
+        name="sir_tdi",
+        rhs=_sir_tdi,
+        states=["S", "I", "R"],
+        p_true=[0.2, 1.5, 0.074, 0.113, 0.0024],
+        u0=[1.0, 0.0, 0.0],
+        t_span=(0.0, 50.0),
+        noise="lognormal",
+        bounds=[(1e-4, 1.0), (1e-4, 2.0), (1e-4, 1.0), (1e-4, 1.0), (1e-4, 1.0)],
+        reference=_WENDY_MLE,
+        notes=(
+            "p1 = 0.2 as in the authors' code (WENDy-MLE Table 2 prints 1.99, outside its "
+            "own bounds). u(0) = (1, 0, 0) cannot be logged: under log-normal noise "
+            "Problem.simulate drops the initial point (the only one with a state <= 0) and "
+            "records it in SimulatedData.dropped_times. R grows like t^4 at first (about "
+            "8e-11 at the first step of a 1025-point grid), so log-normal data are solved "
+            "with relative error control only."
+        ),
+    ),
+)
+
+
+def _make_problems() -> dict[str, Problem]:
+    problems = [_build(**spec) for spec in _PAPER_PROBLEMS] + [_head_acceleration_problem()]
     return {prob.name: prob for prob in problems}
 
 

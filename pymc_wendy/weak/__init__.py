@@ -7,7 +7,13 @@ from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
 from pymc_wendy.weak.likelihood import WeakLikelihood
 from pymc_wendy.weak.noise import estimate_noise
-from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions
+from pymc_wendy.weak.test_functions import (
+    TestFunctions,
+    build_test_functions,
+    get_family,
+    list_families,
+    register_family,
+)
 
 __all__ = [
     "CovarianceError",
@@ -18,4 +24,7 @@ __all__ = [
     "WeakLikelihoodError",
     "build_test_functions",
     "estimate_noise",
+    "get_family",
+    "list_families",
+    "register_family",
 ]

@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_wendy.weak import kernels
-from pymc_wendy.weak.joint import JointLikelihood
-from pymc_wendy.weak.likelihood import WeakLikelihood
-
-Likelihood = WeakLikelihood | JointLikelihood
+from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["BIAS_CORRECTIONS", "corrected_likelihood", "resolve", "score_mean"]
 
@@ -66,25 +62,10 @@ def score_mean(lik: Likelihood, p) -> np.ndarray:
     :func:`pymc_wendy.weak.kernels.quadratic_score_mean` evaluated at the data, with the
     likelihood's noise level. Additive Gaussian noise on the states the likelihood sees (for
     log-normal noise, on ``log U``). For several experiments, the sum of theirs (their noise
-    is independent).
+    is independent). Models of order > 1 or with inputs that are linear in the states have
+    mean zero; other such models have no analytic correction (a clear error).
     """
-    if isinstance(lik, JointLikelihood):
-        return np.sum([score_mean(e, p) for e in lik.experiments], axis=0)
-    model = lik.base_model
-    if model.has_operator_terms:
-        # Linear in the states, r(p*) = L(p*) eps exactly and S does not depend on the data:
-        # the quadratic form's score has mean zero at the truth ("analytic" is "profile").
-        if model.is_linear_in_states:
-            return np.zeros(model.n_params)
-        raise ValueError(
-            f"{model.name}: the analytic bias correction of models of order > 1 or with inputs "
-            "needs them linear in the states; use bias_correction='profile'"
-        )
-    p = lik._p(p)
-    s2 = lik.sigma**2
-    ev = lik._evaluation(p, s2)
-    Jp, Juu = lik._derivs(p, "f_p", "f_uu")
-    return kernels.quadratic_score_mean(ev, lik.phi, Jp, Juu)
+    return lik.score_mean(p)
 
 
 def corrected_likelihood(lik: Likelihood, method: str, reference) -> Likelihood:
@@ -100,7 +81,7 @@ def corrected_likelihood(lik: Likelihood, method: str, reference) -> Likelihood:
         raise ValueError("corrected_likelihood needs a method")
     if lik.correction_method is not None:
         raise ValueError("the likelihood is already bias-corrected")
-    reference = lik._p(reference)
+    reference = lik.check_params(reference)
     if method == "profile":
         tilt = np.zeros(lik.model.n_params)
     else:

@@ -12,25 +12,20 @@ interface as :class:`~pymc_wendy.WeakLikelihood` (so every weak-form estimator o
 from __future__ import annotations
 
 import copy
-import types
 from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
 import scipy.linalg as sla
-from scipy import stats
 
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import kernels
-from pymc_wendy.weak.likelihood import (
-    WeakLikelihood,
-    _check_tilt,
-    _gls_covariance,
-    _inverse_information,
-)
+from pymc_wendy.weak.diagnostics import diagnose
+from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.protocol import Correction, check_tilt
 
-__all__ = ["JointLikelihood", "diagnose", "same_model"]
+__all__ = ["JointLikelihood", "same_model"]
 
 
 def same_model(a: ODEModel, b: ODEModel) -> bool:
@@ -83,7 +78,7 @@ class JointLikelihood:
                     f"{first.noise!r}; use one noise kind for all experiments"
                 )
         self.experiments = experiments
-        self._correction: dict | None = None
+        self._correction: Correction | None = None
 
     # --- what the estimators read --------------------------------------------------------
     @property
@@ -144,8 +139,9 @@ class JointLikelihood:
         )
 
     # --- helpers ---------------------------------------------------------------------------
-    def _p(self, p) -> np.ndarray:
-        return self.experiments[0]._p(p)
+    def check_params(self, p) -> np.ndarray:
+        """``p`` as a finite float array of shape (J,), or a clear error."""
+        return self.experiments[0].check_params(p)
 
     def _sigmas(self, sigma) -> list:
         if sigma is None:
@@ -164,11 +160,31 @@ class JointLikelihood:
         ends = np.cumsum([0] + [e.n_residuals for e in self.experiments])
         return [slice(a, b) for a, b in zip(ends[:-1], ends[1:], strict=True)]
 
-    def _evaluation(self, p: np.ndarray, s2) -> types.SimpleNamespace:
+    def covariance_factor(self, p, sigma=None) -> np.ndarray:
         """The block-diagonal Cholesky factor of the joint ``S(p)`` (what IRLS reweights by)."""
-        s2 = np.broadcast_to(np.asarray(s2, dtype=float), (self.n_experiments, self.model.n_states))
-        evs = [e._evaluation(p, v) for e, v in zip(self.experiments, s2, strict=True)]
-        return types.SimpleNamespace(C=sla.block_diag(*(ev.C for ev in evs)), parts=evs)
+        sig = self._sigmas(sigma)
+        return sla.block_diag(
+            *(e.covariance_factor(p, s) for e, s in zip(self.experiments, sig, strict=True))
+        )
+
+    @property
+    def exact_hessian_is_cheap(self) -> bool:
+        """True: the joint fit always uses the exact Hessian (a sum over experiments)."""
+        return True
+
+    def newton_point(self, p) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value and gradient at ``p``; the state is ``p`` (:meth:`newton_hessian` sums the
+        experiments' exact Hessians)."""
+        value, grad = self.nll_grad(p)
+        return value, grad, self.check_params(p)
+
+    def newton_hessian(self, state, exact: bool = True) -> np.ndarray:
+        """The exact Hessian at a :meth:`newton_point` state (``exact`` is ignored)."""
+        return self.hessian(state)
+
+    def score_mean(self, p) -> np.ndarray:
+        """The summed score means of the experiments (their noise is independent)."""
+        return np.sum([e.score_mean(p) for e in self.experiments], axis=0)
 
     # --- bias correction -------------------------------------------------------------------
     def corrected(self, method: str, tilt, reference) -> JointLikelihood:
@@ -178,36 +194,42 @@ class JointLikelihood:
         if self.correction_method is not None:
             raise ValueError("this likelihood is already bias-corrected")
         J = self.model.n_params
-        tilt = _check_tilt(tilt, J)
-        reference = self._p(reference).copy()
+        tilt = check_tilt(tilt, J)
+        reference = self.check_params(reference).copy()
         new = copy.copy(self)
         # each experiment carries its quadratic form and its share of l(reference); the tilt
         # is one vector for the sum
         new.experiments = tuple(
             e.corrected(method, np.zeros(J), reference) for e in self.experiments
         )
-        new._correction = {"method": str(method), "tilt": tilt, "reference": reference}
+        new._correction = Correction(method=str(method), tilt=tilt, reference=reference)
         return new
+
+    @property
+    def correction(self) -> Correction | None:
+        """The bias correction of the joint objective (the experiments carry the quadratic
+        forms and their shares of the offset; this carries the tilt), or None."""
+        return self._correction
 
     @property
     def correction_method(self) -> str | None:
         """The bias correction of the joint objective, or of its experiments (all alike)."""
         if self._correction is not None:
-            return self._correction["method"]
+            return self._correction.method
         return self.experiments[0].correction_method
 
     @property
     def tilt(self) -> np.ndarray | None:
         """The constant subtracted from the joint score, or None."""
         if self._correction is not None:
-            return self._correction["tilt"].copy()
+            return self._correction.tilt.copy()
         if self.correction_method is None:
             return None
         return np.sum([e.tilt for e in self.experiments], axis=0)
 
     def _tilt_value(self, p: np.ndarray) -> float:
         c = self._correction
-        return 0.0 if c is None else float(c["tilt"] @ (p - c["reference"]))
+        return 0.0 if c is None else float(c.tilt @ (p - c.reference))
 
     # --- evaluation ------------------------------------------------------------------------
     def residual(self, p) -> np.ndarray:
@@ -233,19 +255,19 @@ class JointLikelihood:
 
     def nll(self, p, sigma=None) -> float:
         """Sum of the experiments' negative log-likelihoods (corrected objectives)."""
-        p = self._p(p)
+        p = self.check_params(p)
         sig = self._sigmas(sigma)
         value = sum(e.nll(p, s) for e, s in zip(self.experiments, sig, strict=True))
         return value - self._tilt_value(p)
 
     def nll_grad(self, p, sigma=None) -> tuple[float, np.ndarray]:
-        p = self._p(p)
+        p = self.check_params(p)
         sig = self._sigmas(sigma)
         parts = [e.nll_grad(p, s) for e, s in zip(self.experiments, sig, strict=True)]
         value = sum(v for v, _ in parts) - self._tilt_value(p)
         grad = np.sum([g for _, g in parts], axis=0)
         if self._correction is not None:
-            grad = grad - self._correction["tilt"]
+            grad = grad - self._correction.tilt
         return value, grad
 
     def nll_grad_sigma2(self, p, sigma=None) -> tuple[float, np.ndarray, np.ndarray]:
@@ -269,17 +291,17 @@ class JointLikelihood:
         """Approximate covariance of an estimator at ``p`` (see
         :meth:`WeakLikelihood.parameter_covariance`), with the stacked ``G = dr/dp`` and the
         block-diagonal ``S(p)``."""
-        p = self._p(p)
+        p = self.check_params(p)
         if method == "hessian":
-            return _inverse_information(self.hessian(p, sigma))
+            return kernels.inverse_information(self.hessian(p, sigma))
         if method not in ("sandwich", "gls"):
             raise ValueError(f"method must be 'sandwich', 'gls' or 'hessian'; got {method!r}")
         sig = self._sigmas(sigma)
         Gs = [e.dr_dp(p) for e in self.experiments]
-        Cs = [e._evaluation(p, e._s2(s)).C for e, s in zip(self.experiments, sig, strict=True)]
+        Cs = [e.covariance_factor(p, s) for e, s in zip(self.experiments, sig, strict=True)]
         if method == "gls":
-            return _gls_covariance(
-                np.vstack([kernels._tri(C, G) for C, G in zip(Cs, Gs, strict=True)])
+            return kernels.gls_covariance(
+                np.vstack([kernels.solve_lower(C, G) for C, G in zip(Cs, Gs, strict=True)])
             )
         Gplus = np.linalg.pinv(np.vstack(Gs))
         cov = np.zeros((Gplus.shape[0],) * 2)
@@ -291,82 +313,5 @@ class JointLikelihood:
     # --- per-experiment diagnostics ----------------------------------------------------------
     def diagnostics(self, p) -> dict[str, np.ndarray]:
         """Per-experiment diagnostics at a joint estimate ``p`` (:func:`diagnose`)."""
-        joint_tilt = None if self._correction is None else self._correction["tilt"]
-        return diagnose(self.experiments, self._p(p), joint_tilt)
-
-
-@single_blas_thread
-def diagnose(experiments: Sequence[WeakLikelihood], p, tilt=None) -> dict[str, np.ndarray]:
-    """Per-experiment diagnostics of the experiments' weak likelihoods at a joint estimate.
-
-    ``tilt`` is the bias correction's tilt of the joint objective (shared evenly among the
-    experiments' scores), if any.
-
-    Returns a dict of arrays with one entry per experiment:
-
-    ``n_points``, ``n_test_functions``
-        Sizes.
-    ``nll``
-        The experiment's share of the (corrected) objective.
-    ``whitened_ms``
-        Mean square of the whitened residual ``C^-1 r``: about 1 when the experiment's
-        data, noise level and the joint estimate agree.
-    ``shapiro_pvalue``
-        Shapiro-Wilk p-value of the whitened residual (WENDy's normality check).
-    ``consistency``, ``consistency_dof``, ``consistency_pvalue``
-        A score test of the experiment against the others: its own Newton step from the
-        joint estimate, ``d = -H_e^-1 g_e``, in the metric of its covariance
-        ``H_e^-1 - H^-1``; chi-square with ``consistency_dof`` degrees of freedom when all
-        experiments share the parameters. A small p-value flags an experiment whose data
-        want other parameters (or another noise level). NaN when the experiment alone
-        does not determine the parameters (``H_e`` singular).
-    """
-    p = np.asarray(p, dtype=float)
-    E = len(experiments)
-    out = {
-        "n_points": np.array([e.t.size for e in experiments]),
-        "n_test_functions": np.array([e.K for e in experiments]),
-        "nll": np.full(E, np.nan),
-        "whitened_ms": np.full(E, np.nan),
-        "shapiro_pvalue": np.full(E, np.nan),
-        "consistency": np.full(E, np.nan),
-        "consistency_dof": np.zeros(E, dtype=int),
-        "consistency_pvalue": np.full(E, np.nan),
-    }
-    grads, hessians = [], []
-    for i, e in enumerate(experiments):
-        try:
-            value, g = e.nll_grad(p)
-            w = e.whitened_residual(p)
-            H = e.hessian(p)
-        except kernels.WeakLikelihoodError:
-            grads.append(None)
-            hessians.append(None)
-            continue
-        out["nll"][i] = value
-        out["whitened_ms"][i] = float(w @ w) / w.size
-        out["shapiro_pvalue"][i] = stats.shapiro(w).pvalue if w.size >= 3 else np.nan
-        grads.append(g)
-        hessians.append(H)
-    if E < 2 or any(h is None for h in hessians):
-        return out
-    if tilt is not None:  # the tilt belongs to the sum: share it evenly
-        grads = [g - tilt / E for g in grads]
-    try:
-        V_joint = _inverse_information(np.sum(hessians, axis=0))
-    except kernels.WeakLikelihoodError:
-        return out
-    for i, (g, H) in enumerate(zip(grads, hessians, strict=True)):
-        try:
-            V_e = _inverse_information(H)
-        except kernels.WeakLikelihoodError:
-            continue
-        d = -V_e @ g
-        V = V_e - V_joint
-        w, vec = np.linalg.eigh(0.5 * (V + V.T))
-        keep = w > 1e-10 * w.max()
-        z = (vec[:, keep].T @ d) / np.sqrt(w[keep])
-        out["consistency"][i] = float(z @ z)
-        out["consistency_dof"][i] = int(keep.sum())
-        out["consistency_pvalue"][i] = float(stats.chi2.sf(z @ z, keep.sum()))
-    return out
+        joint_tilt = None if self._correction is None else self._correction.tilt
+        return diagnose(self.experiments, self.check_params(p), joint_tilt)

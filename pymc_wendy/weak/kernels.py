@@ -47,7 +47,7 @@ __all__ = [
     "residual",
 ]
 
-_LOG_2PI = np.log(2.0 * np.pi)
+LOG_2PI = np.log(2.0 * np.pi)
 
 
 class WeakLikelihoodError(ValueError):
@@ -76,7 +76,9 @@ def linearisation(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray) -> np.ndarr
     return L
 
 
-def _check_finite(name: str, arr: np.ndarray, t: np.ndarray | None = None) -> None:
+def check_finite(name: str, arr: np.ndarray, t: np.ndarray | None = None) -> None:
+    """Raise :class:`NonFiniteError` naming ``name`` and the first time point where ``arr``
+    (rows = time points) is not finite."""
     if not np.all(np.isfinite(arr)):
         bad = np.argwhere(~np.isfinite(arr))[0]
         where = f" at time index {bad[0]}" + (f" (t = {t[bad[0]]:g})" if t is not None else "")
@@ -96,11 +98,13 @@ def cholesky(S: np.ndarray) -> np.ndarray:
         ) from None
 
 
-def _solve(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+def solve_covariance(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``S^-1 B`` from the lower Cholesky factor ``C`` of ``S``."""
     return sla.cho_solve((C, True), B, check_finite=False)
 
 
-def _tri(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+def solve_lower(C: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``C^-1 B`` for a lower-triangular ``C`` (a Cholesky factor of ``S``)."""
     return sla.solve_triangular(C, B, lower=True, check_finite=False)
 
 
@@ -196,10 +200,10 @@ def evaluate(
     S = _covariance(phi, dphi, Ju, s2)
     S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = cholesky(S)
-    z = _tri(C, r)
+    z = solve_lower(C, r)
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
     logdet = 2.0 * np.sum(np.log(np.diag(C)))
-    nll = 0.5 * (logdet + z @ z + n * _LOG_2PI)
+    nll = 0.5 * (logdet + z @ z + n * LOG_2PI)
     return Evaluation(
         r=r,
         s2=s2,
@@ -329,7 +333,7 @@ def hessian(
     u += np.einsum("mde,iem->mdi", ev.Ju, cs, optimize=True)
     Sa = phi @ u.reshape(M1, D * J) + ev.dphi @ cs.transpose(2, 1, 0).reshape(M1, D * J)
     V = G - Sa.reshape(K, D, J).transpose(1, 0, 2).reshape(n, J)
-    Wv = _tri(ev.C, V)
+    Wv = solve_lower(ev.C, V)
     H = (
         np.einsum("dm,mdij->ij", Pa, Jpp, optimize=True)
         + Wv.T @ Wv
@@ -348,7 +352,7 @@ def _trace_terms(ev: Evaluation, phi: np.ndarray, Jup: np.ndarray) -> np.ndarray
     n = K * D
     J = Jup.shape[3]
     sq = np.sqrt(ev.s2)
-    Z = _tri(ev.C, (ev.L * sq[None, None, :, None]).reshape(n, D * M1)).reshape(n, D, M1)
+    Z = solve_lower(ev.C, (ev.L * sq[None, None, :, None]).reshape(n, D * M1)).reshape(n, D, M1)
     P = np.zeros((J, n, n))  # C^{-1} L_i Sigma' L^T C^{-T}
     X: list[dict[int, np.ndarray]] = []  # C^{-1} L_i Sigma'^{1/2}, by column block e
     for i in range(J):  # loop over parameters and their non-zero state blocks only
@@ -360,7 +364,7 @@ def _trace_terms(ev: Evaluation, phi: np.ndarray, Jup: np.ndarray) -> np.ndarray
             # rows of state blocks before the first non-zero one stay zero under C^{-1}
             s = int(np.argmax(rows[:, e])) * K
             Xe = np.zeros((n, M1))
-            Xe[s:] = _tri(ev.C[s:, s:], Lie[s:] * sq[e])
+            Xe[s:] = solve_lower(ev.C[s:, s:], Lie[s:] * sq[e])
             blocks[e] = Xe
             P[i, s:] += Xe[s:] @ Z[:, e, :].T
         X.append(blocks)
@@ -376,7 +380,7 @@ def _trace_terms(ev: Evaluation, phi: np.ndarray, Jup: np.ndarray) -> np.ndarray
 
 def whiten(ev: Evaluation) -> np.ndarray:
     """Whitened residual ``C^{-1} r`` (standard normal at the truth if the model holds)."""
-    return _tri(ev.C, ev.r)
+    return solve_lower(ev.C, ev.r)
 
 
 def quadratic_score_mean(
@@ -406,20 +410,42 @@ def quadratic_score_mean(
     s2 = ev.s2
     L2 = ev.L.reshape(n, D * M1)
     G = dr_dp(phi, Jp)
-    w = _solve(ev.C, G).reshape(D, K, -1)  # S^-1 dr/dp, (D, K, J)
+    w = solve_covariance(ev.C, G).reshape(D, K, -1)  # S^-1 dr/dp, (D, K, J)
     omega = np.einsum("km,dkj->dmj", phi, w, optimize=True)  # Phi' w per state
     # mean of the residual at noisy data: 1/2 Phi sum_e sigma_e^2 f_uu[d, e, e]
     lap = np.einsum("mdee,e->md", Juu, s2, optimize=True)
     t_mean = 0.5 * np.einsum("dmj,md->j", omega, lap, optimize=True)
     # E[w' dL Sigma L' S^-1 L eps]: dL couples eps at time m only, so only the diagonal
     # (e, e') blocks at equal times of Sigma L' S^-1 L Sigma are needed
-    X = _tri(ev.C, L2).reshape(n, D, M1)
+    X = solve_lower(ev.C, L2).reshape(n, D, M1)
     P = np.einsum("rem,rfm->mef", X, X, optimize=True) * np.outer(s2, s2)[None]
     A = np.einsum("dmj,mdef->mefj", omega, Juu, optimize=True)
     t_left = np.einsum("mefj,mef->j", A, P, optimize=True)
     # E[w' L Sigma dL' S^-1 L eps]
     v = np.einsum("dkem,dkj->emj", ev.L, w, optimize=True) * s2[:, None, None]
-    SiL = _solve(ev.C, L2).reshape(D, K, D, M1)
+    SiL = solve_covariance(ev.C, L2).reshape(D, K, D, M1)
     Z = np.einsum("km,dkfm->dmf", phi, SiL, optimize=True) * s2[None, None, :]
     t_right = np.einsum("mdef,emj,dmf->j", Juu, v, Z, optimize=True)
     return t_mean - t_left - t_right
+
+
+def gls_covariance(A: np.ndarray) -> np.ndarray:
+    """``(A^T A)^-1`` for the whitened Jacobian ``A = C^-1 G``, through the R factor of ``A``
+    for accuracy."""
+    R = np.linalg.qr(A, mode="r")
+    Ri = np.linalg.solve(R, np.eye(R.shape[0]))
+    return Ri @ Ri.T
+
+
+def inverse_information(H: np.ndarray) -> np.ndarray:
+    """``H^-1`` for a Hessian of the negative log-likelihood, by Cholesky; a clear error
+    where ``H`` is not positive definite."""
+    try:
+        Lh = np.linalg.cholesky(H)
+    except np.linalg.LinAlgError:
+        raise WeakLikelihoodError(
+            "the Hessian is not positive definite at p: not a local minimum of the "
+            "negative log-likelihood, so its inverse is no covariance"
+        ) from None
+    Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
+    return Li.T @ Li

@@ -4,7 +4,9 @@
 builds (or accepts) the test functions, estimates the noise level when it is not given and
 exposes the weak residual, its covariance, the negative log-likelihood, its gradient (with
 respect to the parameters and to the per-state noise variances), its Hessian and the
-estimator covariances at a point estimate.
+estimator covariances at a point estimate: the :class:`~pymc_wendy.weak.protocol.Likelihood`
+interface. What depends on the kind of model (first order, higher order or forced) is its
+:attr:`WeakLikelihood.form` (:mod:`pymc_wendy.weak.form`), chosen from the model.
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.weak import kernels, linear_form
+from pymc_wendy.weak import first_order, kernels, linear_form, operator
+from pymc_wendy.weak.diagnostics import diagnose
+from pymc_wendy.weak.form import WeakForm, form_for
 from pymc_wendy.weak.noise import estimate_noise
+from pymc_wendy.weak.protocol import Correction, check_tilt
 from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions, from_matrices
 
 __all__ = ["WeakLikelihood"]
@@ -30,6 +35,10 @@ Noise = Literal["normal", "lognormal"]
 
 #: Below this noise-to-signal ratio the data are treated as noise-free (S(p) ~ ridge * I).
 NOISE_FREE_RATIO = 1e-6
+
+
+# the kinds of model the library ships register themselves with the form registry on import
+_SHIPPED_FORMS = (first_order.FirstOrderForm, operator.OperatorForm)
 
 
 class WeakLikelihood:
@@ -61,18 +70,13 @@ class WeakLikelihood:
         Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
         :class:`~pymc_wendy.model.inputs.Input` objects, callables, or arrays on the times ``t``.
 
-    Notes
-    -----
-    For a model of order > 1 or with inputs the constructor returns an
-    :class:`~pymc_wendy.weak.operator.OperatorLikelihood`, a subclass with the same interface.
+    Attributes
+    ----------
+    form : WeakForm
+        The model-dependent part of the weak residual (:mod:`pymc_wendy.weak.form`):
+        :class:`~pymc_wendy.weak.first_order.FirstOrderForm` for ``du/dt = f(t, u, p)``,
+        :class:`~pymc_wendy.weak.operator.OperatorForm` for models of order > 1 or with inputs.
     """
-
-    def __new__(cls, model=None, *args, **kwargs):
-        if cls is WeakLikelihood and getattr(model, "has_operator_terms", False):
-            from pymc_wendy.weak.operator import OperatorLikelihood
-
-            return super().__new__(OperatorLikelihood)
-        return super().__new__(cls)
 
     def __init__(
         self,
@@ -96,6 +100,8 @@ class WeakLikelihood:
             raise ValueError(f"ridge must be in [0, 1); got {ridge}")
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
+        form_cls = form_for(model)
+        form_cls.check_noise(model, noise)
         t, U = check_data(t, U, model.n_states)
         self.inputs = as_inputs(model.inputs, inputs, t)
         self.base_model = model
@@ -109,21 +115,23 @@ class WeakLikelihood:
         else:
             self.model = model
             self.X = U
-        self.test_functions = self._test_functions(test_functions)
-        self.phi = np.ascontiguousarray(self.test_functions.phi)
-        self.dphi = np.ascontiguousarray(self.test_functions.dphi)
-        self.b = self.dphi @ self.X
+        tf = self._test_functions(test_functions, form_cls)
         self.ridge = float(ridge)
+        self.form: WeakForm = form_cls(self.model, t, self.X, tf, self.inputs, self.ridge)
+        self.test_functions = tf
+        self.phi = self.form.phi
+        self.dphi = self.form.dphi
         self.sigma, self.sigma_estimated = self._sigma(sigma)
         self._linear_mode = linear
         self._max_precompute = max_precompute_bytes
         self._linear_cache: linear_form.LinearForm | None = None
-        self._correction: dict | None = None
+        self._correction: Correction | None = None
 
     # --- set-up --------------------------------------------------------------------------
-    def _test_functions(self, spec) -> TestFunctions:
+    def _test_functions(self, spec, form_cls: type[WeakForm]) -> TestFunctions:
         if spec is None:
-            return build_test_functions(self.t, self.X)
+            tf = form_cls.default_test_functions(self.t, self.X, self.base_model)
+            return build_test_functions(self.t, self.X) if tf is None else tf
         if isinstance(spec, TestFunctions):
             tf = spec
         elif isinstance(spec, Mapping):
@@ -169,6 +177,15 @@ class WeakLikelihood:
             raise ValueError(f"sigma must be finite and non-negative; got {s}")
         return s
 
+    def check_params(self, p) -> np.ndarray:
+        """``p`` as a finite float array of shape (J,), or a clear error."""
+        p = np.asarray(p, dtype=float)
+        if p.shape != (self.model.n_params,):
+            raise ValueError(f"p must have shape ({self.model.n_params},); got {p.shape}")
+        if not np.all(np.isfinite(p)):
+            raise ValueError(f"p must be finite; got {p}")
+        return p
+
     # --- sizes ---------------------------------------------------------------------------
     @property
     def K(self) -> int:
@@ -179,6 +196,12 @@ class WeakLikelihood:
     def n_residuals(self) -> int:
         """Length of the weak residual, K * D."""
         return self.phi.shape[0] * self.model.n_states
+
+    @property
+    def experiments(self) -> tuple[WeakLikelihood]:
+        """``(self,)``: one data set (the :class:`~pymc_wendy.weak.protocol.Likelihood`
+        interface; a :class:`~pymc_wendy.JointLikelihood` has several)."""
+        return (self,)
 
     def __repr__(self) -> str:
         return (
@@ -206,32 +229,42 @@ class WeakLikelihood:
         """
         if self._correction is not None:
             raise ValueError("this likelihood is already bias-corrected")
-        tilt = _check_tilt(tilt, self.model.n_params)
-        reference = self._p(reference).copy()
-        ev = self._evaluation(reference, self.sigma**2)
+        tilt = check_tilt(tilt, self.model.n_params)
+        reference = self.check_params(reference).copy()
+        ev = self.form.evaluation(reference, self.sigma**2)
         new = copy.copy(self)
-        new._correction = {
-            "method": str(method),
-            "tilt": tilt,
-            "reference": reference,
-            "offset": 0.5 * (ev.logdet + self.n_residuals * kernels._LOG_2PI),
-        }
+        new._correction = Correction(
+            method=str(method),
+            tilt=tilt,
+            reference=reference,
+            offset=0.5 * (ev.logdet + self.n_residuals * kernels.LOG_2PI),
+        )
         return new
 
     @property
-    def correction_method(self) -> str | None:
+    def correction(self) -> Correction | None:
         """The bias correction this objective carries (:meth:`corrected`), or None."""
-        return None if self._correction is None else self._correction["method"]
+        return self._correction
+
+    @property
+    def correction_method(self) -> str | None:
+        """The bias correction's method (:meth:`corrected`), or None."""
+        return None if self._correction is None else self._correction.method
 
     @property
     def tilt(self) -> np.ndarray | None:
         """The constant subtracted from the score by :meth:`corrected`, or None."""
-        return None if self._correction is None else self._correction["tilt"].copy()
+        return None if self._correction is None else self._correction.tilt.copy()
+
+    def score_mean(self, p) -> np.ndarray:
+        """Estimated mean of the quadratic form's score at ``p`` under the data noise, shape
+        (J,) (:func:`pymc_wendy.weak.bias.score_mean`), at the likelihood's noise level."""
+        p = self.check_params(p)
+        return self.form.score_mean(p, self.form.evaluation(p, self.sigma**2))
 
     def _tilted(self, p: np.ndarray, value: float, grad: np.ndarray | None = None):
-        c = self._correction
-        value = value - c["tilt"] @ (p - c["reference"]) + c["offset"]
-        return value if grad is None else (value, grad - c["tilt"])
+        value = value + self._correction.value(p)
+        return value if grad is None else (value, grad - self._correction.tilt)
 
     def _fixed_noise(self, sigma, what: str) -> None:
         if self._correction is not None and sigma is not None:
@@ -242,50 +275,13 @@ class WeakLikelihood:
                 )
 
     # --- evaluation ------------------------------------------------------------------------
-    def _p(self, p) -> np.ndarray:
-        p = np.asarray(p, dtype=float)
-        if p.shape != (self.model.n_params,):
-            raise ValueError(f"p must have shape ({self.model.n_params},); got {p.shape}")
-        if not np.all(np.isfinite(p)):
-            raise ValueError(f"p must be finite; got {p}")
-        return p
-
     def _s2(self, sigma) -> np.ndarray:
         s = self.sigma if sigma is None else self.check_sigma(sigma)
         return s**2
 
-    def _derivs(self, p: np.ndarray, *which: str) -> list[np.ndarray]:
-        out = []
-        for w in which:
-            arr = self.model.evaluate(w, self.t, self.X, p)
-            kernels._check_finite(w, arr, self.t)
-            out.append(arr)
-        return out
-
-    # The three hooks below are all that depends on the form of the weak residual; the
-    # operator form of higher-order and forced models (pymc_wendy.weak.operator) replaces them.
-    def _evaluation(self, p: np.ndarray, s2: np.ndarray, diag: float | None = None):
-        """Residual, covariance factor and value at ``p`` (``diag``: see kernels.evaluate)."""
-        F, Ju = self._derivs(p, "f", "f_u")
-        return kernels.evaluate(self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, diag)
-
-    def _gradient(self, p: np.ndarray, ev, logdet: bool, sigma2: bool) -> tuple:
-        """``(grad_p, grad_sigma2 or None, state)``; ``state`` is what :meth:`_hessian_at`
-        reuses at the same point."""
-        Jp, Jup = self._derivs(p, "f_p", "f_up")
-        g, gs, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2)
-        return g, gs, (Jp, Jup, B)
-
-    def _hessian_at(self, p: np.ndarray, ev, state: tuple, logdet: bool, exact: bool):
-        Jp, Jup, B = state
-        Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
-        return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet, exact)
-
-    def _linear_coefficients(self, s2e: np.ndarray):
-        """``(r0, G, A)`` of the linear-in-parameters form for effective variances ``s2e``."""
-        return linear_form._coefficients(self, s2e)
-
-    def _linear_form(self, s2: np.ndarray) -> linear_form.LinearForm | None:
+    def linear_form(self, s2: np.ndarray) -> linear_form.LinearForm | None:
+        """The precomputed quadratic form of ``S(p)`` for noise variances ``s2``, or None where
+        the model is nonlinear in ``p``, ``linear="general"`` or the memory budget says no."""
         if self._linear_mode == "general" or not self.model.is_linear_in_params:
             return None
         cache = self._linear_cache
@@ -294,50 +290,82 @@ class WeakLikelihood:
         need = linear_form.precompute_bytes(self.K, self.model.n_states, self.model.n_params)
         if self._linear_mode == "auto" and need > self._max_precompute:
             return None
-        self._linear_cache = linear_form.LinearForm.build(self, s2)
+        self._linear_cache = linear_form.LinearForm.build(
+            self.form.linear_coefficients, s2, self.ridge
+        )
         return self._linear_cache
+
+    def compiled_linear_form(self, *, per_state: bool) -> linear_form.CompiledForm | None:
+        """The linear-in-parameters form the compiled likelihood should use, or None (general
+        path). Follows the ``linear`` option and memory budget; resolving per noise state
+        (``per_state``, for a noise level that is a model variable) costs D times the memory
+        of the fixed-noise form."""
+        if self._linear_mode == "general" or not self.model.is_linear_in_params:
+            return None
+        if not per_state:
+            form = self.linear_form(self.sigma**2)
+            if form is None:
+                return None
+            return linear_form.CompiledForm.from_dense(form.r0, form.G, form.A[None], self.K)
+        D, J = self.model.n_states, self.model.n_params
+        need = D * linear_form.precompute_bytes(self.K, D, J)
+        if self._linear_mode == "auto" and need > self._max_precompute:
+            return None
+        return linear_form.per_state_form(self.form.linear_coefficients, D, self.K)
+
+    @property
+    def exact_hessian_is_cheap(self) -> bool:
+        """True on the linear-in-parameters fast path, where the precomputed coefficient
+        matrices make the exact Hessian cost about what the gradient does."""
+        return self.linear_form(self.sigma**2) is not None
 
     def residual(self, p) -> np.ndarray:
         """Weak residual ``r(p)``, shape (K*D,), state-major (entry ``d*K + k``)."""
-        p = self._p(p)
-        (F,) = self._derivs(p, "f")
-        return kernels.residual(self.phi, F, self.b)
+        return self.form.residual(self.check_params(p))
+
+    def dr_dp(self, p) -> np.ndarray:
+        """Jacobian of the weak residual with respect to ``p``, shape (K*D, J)."""
+        return self.form.dr_dp(self.check_params(p))
 
     @single_blas_thread
     def covariance(self, p, sigma=None) -> np.ndarray:
         """Weak-residual covariance ``S(p)`` including the ridge, shape (K*D, K*D)."""
-        p = self._p(p)
-        ev = self._evaluation(p, self._s2(sigma))
-        return ev.C @ ev.C.T
+        C = self.covariance_factor(p, sigma)
+        return C @ C.T
+
+    @single_blas_thread
+    def covariance_factor(self, p, sigma=None) -> np.ndarray:
+        """Lower Cholesky factor ``C`` of ``S(p) = C C'`` (ridge included)."""
+        return self.form.evaluation(self.check_params(p), self._s2(sigma)).C
 
     @single_blas_thread
     def nll(self, p, sigma=None) -> float:
         """Negative log-likelihood ``l(p)`` (WENDy-MLE eq. 6); ``l_c`` if :meth:`corrected`."""
-        p = self._p(p)
+        p = self.check_params(p)
         self._fixed_noise(sigma, "nll")
         s2 = self._s2(sigma)
         logdet = self._correction is None
-        lin = self._linear_form(s2)
+        lin = self.linear_form(s2)
         if lin is not None:
             value = lin.nll(p, logdet)
         else:
-            ev = self._evaluation(p, s2)
+            ev = self.form.evaluation(p, s2)
             value = ev.nll if logdet else ev.quadratic
         return value if logdet else self._tilted(p, value)
 
     @single_blas_thread
     def nll_grad(self, p, sigma=None) -> tuple[float, np.ndarray]:
         """Negative log-likelihood and its gradient with respect to ``p``."""
-        p = self._p(p)
+        p = self.check_params(p)
         self._fixed_noise(sigma, "nll_grad")
         s2 = self._s2(sigma)
         logdet = self._correction is None
-        lin = self._linear_form(s2)
+        lin = self.linear_form(s2)
         if lin is not None:
             value, g = lin.nll_grad(p, logdet)
         else:
-            ev = self._evaluation(p, s2)
-            g, _, _ = self._gradient(p, ev, logdet, False)
+            ev = self.form.evaluation(p, s2)
+            g, _, _ = self.form.gradient(p, ev, logdet, False)
             value = ev.nll if logdet else ev.quadratic
         return (value, g) if logdet else self._tilted(p, value, g)
 
@@ -349,17 +377,31 @@ class WeakLikelihood:
                 "a bias-corrected likelihood holds the noise level fixed; it has no gradient "
                 "in sigma (its quadratic form has no normaliser in sigma)"
             )
-        p = self._p(p)
-        ev = self._evaluation(p, self._s2(sigma))
-        g, gs, _ = self._gradient(p, ev, True, True)
+        p = self.check_params(p)
+        ev = self.form.evaluation(p, self._s2(sigma))
+        g, gs, _ = self.form.gradient(p, ev, True, True)
         return ev.nll, g, gs
 
-    def _relaxed_parts(self, p: np.ndarray, s2: np.ndarray, diag: float, logdet: bool):
-        """Evaluation, gradient in ``p`` and in the variances for ``S = (1 - ridge) L diag(s2)
-        L' + diag I`` (the tempering ladder's relaxed rungs; numpy reference of the Op)."""
-        ev = self._evaluation(p, s2, diag)
-        g, gs, _ = self._gradient(p, ev, logdet, True)
-        return ev, g, gs
+    @single_blas_thread
+    def relaxed_nll_grad_sigma2(
+        self, p, sigma2, alpha: float, scale: float
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(nll, grad_p, grad_sigma2)`` of the relaxed likelihood of the tempering ladder,
+        ``S_alpha = (1 - alpha) S + alpha scale I`` (numpy reference of the compiled Op's
+        relaxed path; ``alpha = 0`` is :meth:`nll_grad_sigma2`)."""
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
+        p = self.check_params(p)
+        keep = 1.0 - alpha
+        # (1 - ridge) (keep s2) is the relaxed rung's scaled noise; its diagonal adds alpha c
+        diag = keep * self.ridge + alpha * scale
+        logdet = self._correction is None
+        ev = self.form.evaluation(p, keep * np.asarray(sigma2, dtype=float), diag)
+        gp, gs, _ = self.form.gradient(p, ev, logdet, True)
+        if logdet:
+            return ev.nll, gp, keep * gs
+        value, gp = self._tilted(p, ev.quadratic, gp)
+        return value, gp, keep * gs
 
     @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:
@@ -368,45 +410,40 @@ class WeakLikelihood:
         For a :meth:`corrected` likelihood, the Hessian of ``l_c`` (that of the quadratic
         form; the tilt is linear).
         """
-        p = self._p(p)
+        p = self.check_params(p)
         self._fixed_noise(sigma, "hessian")
         logdet = self._correction is None
-        ev = self._evaluation(p, self._s2(sigma))
-        _, _, state = self._gradient(p, ev, logdet, False)
-        return self._hessian_at(p, ev, state, logdet, True)
+        ev = self.form.evaluation(p, self._s2(sigma))
+        _, _, state = self.form.gradient(p, ev, logdet, False)
+        return self.form.hessian(p, ev, state, logdet, True)
 
     @single_blas_thread
-    def _newton_point(self, p) -> tuple[float, np.ndarray, tuple]:
+    def newton_point(self, p) -> tuple[float, np.ndarray, tuple]:
         """Value and gradient (general path, noise at ``sigma``) and the state that a Hessian
-        at the same ``p`` reuses (:meth:`_newton_hessian`): the optimiser asks for the
-        Hessian at every accepted point, and the evaluation and ``B`` are most of its cost."""
-        p = self._p(p)
+        at the same ``p`` reuses (:meth:`newton_hessian`): the optimiser asks for the
+        Hessian at every accepted point, and the evaluation and its gradient state are most of
+        its cost."""
+        p = self.check_params(p)
         logdet = self._correction is None
-        ev = self._evaluation(p, self.sigma**2)
-        g, _, state = self._gradient(p, ev, logdet, False)
+        ev = self.form.evaluation(p, self.sigma**2)
+        g, _, state = self.form.gradient(p, ev, logdet, False)
         value = ev.nll if logdet else ev.quadratic
         if not logdet:
             value, g = self._tilted(p, value, g)
         return value, g, (p, ev, state)
 
     @single_blas_thread
-    def _newton_hessian(self, state: tuple, exact: bool) -> np.ndarray:
-        """Hessian at the point of a :meth:`_newton_point` state; ``exact=False`` leaves out
+    def newton_hessian(self, state: tuple, exact: bool = True) -> np.ndarray:
+        """Hessian at the point of a :meth:`newton_point` state; ``exact=False`` leaves out
         the log-determinant's trace terms (``kernels.hessian``), the optimiser's cheap model."""
         p, ev, grad_state = state
-        return self._hessian_at(p, ev, grad_state, self._correction is None, exact)
+        return self.form.hessian(p, ev, grad_state, self._correction is None, exact)
 
     @single_blas_thread
     def whitened_residual(self, p, sigma=None) -> np.ndarray:
         """``C^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth (first order)."""
-        p = self._p(p)
-        return kernels.whiten(self._evaluation(p, self._s2(sigma)))
-
-    def dr_dp(self, p) -> np.ndarray:
-        """Jacobian of the weak residual with respect to ``p``, shape (K*D, J)."""
-        p = self._p(p)
-        (Jp,) = self._derivs(p, "f_p")
-        return kernels.dr_dp(self.phi, Jp)
+        p = self.check_params(p)
+        return kernels.whiten(self.form.evaluation(p, self._s2(sigma)))
 
     @single_blas_thread
     def parameter_covariance(
@@ -419,44 +456,19 @@ class WeakLikelihood:
         ``"gls"``: ``(G^T S(p)^{-1} G)^{-1}`` (generalised least squares with fixed weights).
         ``"hessian"``: the inverse observed information, ``H(p)^{-1}``.
         """
-        p = self._p(p)
+        p = self.check_params(p)
         if method in ("sandwich", "gls"):
             G = self.dr_dp(p)
-            C = self._evaluation(p, self._s2(sigma)).C
+            C = self.covariance_factor(p, sigma)
             if method == "sandwich":
                 A = np.linalg.pinv(G) @ C
                 return A @ A.T
-            return _gls_covariance(kernels._tri(C, G))
+            return kernels.gls_covariance(kernels.solve_lower(C, G))
         if method == "hessian":
-            return _inverse_information(self.hessian(p, sigma))
+            return kernels.inverse_information(self.hessian(p, sigma))
         raise ValueError(f"method must be 'sandwich', 'gls' or 'hessian'; got {method!r}")
 
-
-def _gls_covariance(A: np.ndarray) -> np.ndarray:
-    """``(A^T A)^-1`` for the whitened Jacobian ``A = C^-1 G``, through the R factor of ``A``
-    for accuracy."""
-    R = np.linalg.qr(A, mode="r")
-    Ri = np.linalg.solve(R, np.eye(R.shape[0]))
-    return Ri @ Ri.T
-
-
-def _inverse_information(H: np.ndarray) -> np.ndarray:
-    """``H^-1`` for a Hessian of the negative log-likelihood, by Cholesky; a clear error
-    where ``H`` is not positive definite."""
-    try:
-        Lh = np.linalg.cholesky(H)
-    except np.linalg.LinAlgError:
-        raise kernels.WeakLikelihoodError(
-            "the Hessian is not positive definite at p: not a local minimum of the "
-            "negative log-likelihood, so its inverse is no covariance"
-        ) from None
-    Li = np.linalg.solve(Lh, np.eye(H.shape[0]))
-    return Li.T @ Li
-
-
-def _check_tilt(tilt, J: int) -> np.ndarray:
-    """A bias correction's tilt as ``J`` finite values, or a clear error."""
-    tilt = np.array(tilt, dtype=float).reshape(-1)
-    if tilt.shape != (J,) or not np.all(np.isfinite(tilt)):
-        raise ValueError(f"tilt must be {J} finite values; got {tilt}")
-    return tilt
+    def diagnostics(self, p) -> dict[str, np.ndarray]:
+        """Diagnostics at an estimate ``p`` (:func:`~pymc_wendy.weak.diagnostics.diagnose`,
+        one entry)."""
+        return diagnose([self], self.check_params(p))

@@ -15,16 +15,13 @@ Everything is derived from the generated derivatives at ``p = 0``; no extra symb
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.linalg as sla
 
 from pymc_wendy.weak import kernels
-
-if TYPE_CHECKING:
-    from pymc_wendy.weak.likelihood import WeakLikelihood
 
 
 def precompute_bytes(K: int, D: int, J: int) -> int:
@@ -48,9 +45,11 @@ class LinearForm:
     ridge: float
 
     @classmethod
-    def build(cls, lik: WeakLikelihood, s2: np.ndarray) -> LinearForm:
-        r0, G, A = lik._linear_coefficients((1.0 - lik.ridge) * np.asarray(s2, dtype=float))
-        return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=lik.ridge)
+    def build(cls, coefficients: Callable, s2: np.ndarray, ridge: float) -> LinearForm:
+        """From a form's ``linear_coefficients`` (:class:`~pymc_wendy.weak.form.WeakForm`)
+        at noise variances ``s2``; the ridge scales the noise as in ``S(p)``."""
+        r0, G, A = coefficients((1.0 - ridge) * np.asarray(s2, dtype=float))
+        return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=ridge)
 
     def _factor(self, p: np.ndarray, logdet: bool = True):
         pt = np.concatenate([[1.0], p])
@@ -61,7 +60,7 @@ class LinearForm:
         r = self.r0 + self.G @ p
         z = sla.solve_triangular(C, r, lower=True, check_finite=False)
         if logdet:
-            nll = 0.5 * (2.0 * np.sum(np.log(np.diag(C))) + z @ z + r.size * kernels._LOG_2PI)
+            nll = 0.5 * (2.0 * np.sum(np.log(np.diag(C))) + z @ z + r.size * kernels.LOG_2PI)
         else:
             nll = 0.5 * (z @ z)
         return pt, C, z, float(nll)
@@ -95,14 +94,12 @@ class LinearForm:
         return nll, grad
 
 
-def _coefficients(lik: WeakLikelihood, s2e: np.ndarray):
-    """``(r0, G, A)`` for effective noise variances ``s2e``; ``A`` has shape (P, n, n)."""
-    model, phi, dphi = lik.model, lik.phi, lik.dphi
-    J, D = model.n_params, model.n_states
+def covariance_coefficients(phi, dphi, Ju0, Jup, s2e) -> np.ndarray:
+    """The coefficient matrices ``A`` (shape (P, n, n)) of ``S(p)`` of a first-order model,
+    from ``df/du`` at ``p = 0`` (``Ju0``, (M+1, D, D)) and its ``p`` derivative (``Jup``,
+    (M+1, D, D, J)), for effective noise variances ``s2e``."""
+    J, D = Jup.shape[3], Ju0.shape[1]
     K = phi.shape[0]
-    F0, Ju0, Jp, Jup = lik._derivs(np.zeros(J), "f", "f_u", "f_p", "f_up")
-    r0 = kernels.residual(phi, F0, lik.b)
-    G = kernels.dr_dp(phi, Jp)
     # g[a][m, d, e]: coefficient of pt_a in df_d/du_e
     g = np.concatenate([Ju0[None], Jup.transpose(3, 0, 1, 2)], axis=0)
     ia, ib = _pairs(J)
@@ -110,7 +107,7 @@ def _coefficients(lik: WeakLikelihood, s2e: np.ndarray):
     for q, (a, b) in enumerate(zip(ia, ib, strict=True)):
         Aab = _cross(phi, dphi, g[a], g[b], s2e, a == 0, b == 0)
         A[q] = Aab if a == b else Aab + Aab.T
-    return r0, G, A
+    return A
 
 
 @dataclass
@@ -150,29 +147,14 @@ class CompiledForm:
         return cls(r0, G, blocks_arr, *(np.ascontiguousarray(c) for c in idx_arr.T))
 
 
-def form_for(lik: WeakLikelihood, *, per_state: bool) -> CompiledForm | None:
-    """The linear-in-parameters form the compiled likelihood should use, or None (general path).
-
-    Follows the likelihood's ``linear`` option and memory budget; resolving per noise state
-    costs D times the memory of the fixed-noise form.
-    """
-    model = lik.model
-    if lik._linear_mode == "general" or not model.is_linear_in_params:
-        return None
-    if not per_state:
-        form = lik._linear_form(lik.sigma**2)
-        return (
-            None if form is None else CompiledForm.from_dense(form.r0, form.G, form.A[None], lik.K)
-        )
-    D = model.n_states
-    need = D * precompute_bytes(lik.K, D, model.n_params)
-    if lik._linear_mode == "auto" and need > lik._max_precompute:
-        return None
-    # one noise state at a time, so the dense matrices of only one state exist at once
+def per_state_form(coefficients: Callable, D: int, K: int) -> CompiledForm:
+    """The compiled form resolved per noise state (for a noise level that is a model
+    variable): the coefficients of each state's unit variance, one state at a time so that
+    the dense matrices of only one state exist at once."""
     forms = []
     for e in range(D):
-        r0, G, A = lik._linear_coefficients(np.eye(D)[e])
-        forms.append(CompiledForm.from_dense(r0, G, A[None], lik.K))
+        r0, G, A = coefficients(np.eye(D)[e])
+        forms.append(CompiledForm.from_dense(r0, G, A[None], K))
         forms[-1].blk_e[:] = e
         del A
     return CompiledForm(

@@ -1,8 +1,8 @@
 """The weak likelihood of models with derivative terms and known inputs.
 
-A model declared with ``order > 1`` or ``inputs`` (:class:`~pymc_wendy.ODEModel`) is handled
-by :class:`OperatorLikelihood`, which :class:`~pymc_wendy.WeakLikelihood` returns for it; the
-public interface (value, gradient, Hessian, covariances, the Op, the PyMC distribution, the
+A model declared with ``order > 1`` or ``inputs`` (:class:`~pymc_wendy.ODEModel`) gets the
+:class:`OperatorForm` (:mod:`pymc_wendy.weak.form`) in its :class:`~pymc_wendy.WeakLikelihood`;
+the public interface (value, gradient, Hessian, covariances, the Op, the PyMC distribution, the
 estimators) is the same. Every derivative ``x^(k)`` is moved onto the test functions by ``k``
 integrations by parts, so only the measured states enter, and each input enters through its
 exact integrals against the test functions (:mod:`pymc_wendy.model.inputs`). The kernels are in
@@ -19,16 +19,14 @@ import sympy as sp
 from pymc_wendy.model import codegen
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import operator_kernels
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
 from pymc_wendy.weak.test_functions import (
     TestFunctions,
     build_test_functions,
-    bump,
-    bump_derivative,
     quadrature_weights,
 )
 
-__all__ = ["OperatorLikelihood", "moment_error"]
+__all__ = ["OperatorForm", "default_test_functions", "moment_error"]
 
 #: Relative error of the discrete integration by parts above which building the likelihood
 #: fails (see :func:`moment_error`): the test functions are too narrow for the grid.
@@ -50,12 +48,12 @@ class _Coefficients:
         beta = np.full((D, I), sp.Integer(0), dtype=object)
         for (d, i), coeff in model.input_terms.items():
             beta[d, i] = coeff
-        p = list(model._p)
+        p = list(model.symbols.p)
         self.shapes = {}
         self._fns = {}
         self._entries = {}
         self._numba = {}
-        self._syms = (model._t, p)
+        self._syms = (model.symbols.t, p)
         for name, arr in (("C", C), ("beta", beta)):
             first = np.array(
                 [[sp.diff(e, pj) for pj in p] for e in arr.ravel()], dtype=object
@@ -69,7 +67,7 @@ class _Coefficients:
                 self._fns[name + suffix] = codegen.generate(
                     f"_{name}{suffix}",
                     self._entries[name + suffix],
-                    t=model._t,
+                    t=model.symbols.t,
                     u=[],
                     p=p,
                 )
@@ -109,29 +107,29 @@ class _Coefficients:
 
 
 def _coefficients(model: ODEModel) -> _Coefficients:
-    return model._cached(("operator", "coefficients"), _Coefficients)
+    return model.cached(("operator", "coefficients"), _Coefficients)
 
 
 def moment_error(test_functions: TestFunctions, order: int) -> float:
     """How well the data grid integrates the test functions' ``order``-th derivatives.
 
-    For every bump ``psi((t - c) / r)`` behind the test functions, the exact identity
-    ``int psi^(q)(s) s^q / q! dt = (-1)^q int psi(s) dt`` (``q`` integrations by parts,
-    ``s = (t - c) / r``) is evaluated with the trapezoid weights of the grid; the result is
-    the largest error relative to ``int psi``. The trapezoid rule is spectrally accurate for
-    the smooth bumps, but a ``q``-th derivative oscillates ``q`` times across the support, so
-    narrow bumps on a coarse grid integrate badly: for ``q = 2`` the error is 0.04 at 4 grid
-    spacings per radius, 3e-4 at 8; for ``q = 3``, 0.2 at 4 and 5e-4 at 10 (for ``q = 1``,
-    2e-3 at 4).
+    For every shape ``psi((t - c) / r)`` behind the test functions (the bump by default),
+    the exact identity ``int psi^(q)(s) s^q / q! dt = (-1)^q int psi(s) dt`` (``q``
+    integrations by parts, ``s = (t - c) / r``) is evaluated with the trapezoid weights of
+    the grid; the result is the largest error relative to ``int psi``. The trapezoid rule is
+    spectrally accurate for the smooth bumps, but a ``q``-th derivative oscillates ``q``
+    times across the support, so narrow bumps on a coarse grid integrate badly: for ``q = 2``
+    the error is 0.04 at 4 grid spacings per radius, 3e-4 at 8; for ``q = 3``, 0.2 at 4 and
+    5e-4 at 10 (for ``q = 1``, 2e-3 at 4).
     """
     order = int(order)
     tf = test_functions
-    if order < 1 or tf.centres is None or tf.t is None:
+    if order < 1 or tf.centres is None or tf.t is None or tf.family is None:
         return 0.0
     w = quadrature_weights(tf.t)
     s = (tf.t[None, :] - tf.centres[:, None]) / tf.widths[:, None]
-    mass = bump(s, tf.eta) @ w
-    moment = (bump_derivative(s, tf.eta, order) * s**order) @ w / math.factorial(order)
+    mass = tf.family.shape(s, 0) @ w
+    moment = (tf.family.shape(s, order) * s**order) @ w / math.factorial(order)
     return float(np.max(np.abs(moment - (-1) ** order * mass) / mass))
 
 
@@ -168,27 +166,39 @@ def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel) -> Tes
     return best
 
 
-class OperatorLikelihood(WeakLikelihood):
-    """:class:`~pymc_wendy.WeakLikelihood` of a model with derivative terms or inputs.
+@register_form
+class OperatorForm(WeakForm):
+    """:class:`~pymc_wendy.weak.form.WeakForm` of a model with derivative terms or inputs.
 
-    Built by ``WeakLikelihood(model, t, U, inputs=...)`` when ``model.has_operator_terms``;
-    takes the same arguments. Additive Gaussian noise only. ``inputs`` maps the model's input
-    names to :class:`~pymc_wendy.model.inputs.Input` objects, callables or values on the data times.
+    Chosen for a model with ``model.has_operator_terms``. Additive Gaussian noise only.
     Test functions must have an analytic form (built by :func:`build_test_functions`), since
     derivatives of order above one are evaluated from it; the default is
     :func:`default_test_functions`.
     """
 
-    def __init__(self, model: ODEModel, t, U, *, noise="normal", **kwargs):
+    kind = "operator"
+
+    @classmethod
+    def accepts(cls, model: ODEModel) -> bool:
+        return model.has_operator_terms
+
+    @classmethod
+    def check_noise(cls, model: ODEModel, noise: str) -> None:
         if noise != "normal":
             raise ValueError(
                 f"{model.name}: models of order > 1 or with inputs support additive 'normal' "
                 f"noise only; got noise={noise!r}"
             )
-        super().__init__(model, t, U, noise=noise, **kwargs)
-        tf = self.test_functions
-        self._coeff = _coefficients(self.model)
-        Q = self._coeff.Q
+
+    @classmethod
+    def default_test_functions(cls, t, X, model) -> TestFunctions:
+        return default_test_functions(t, X, model)
+
+    def __init__(self, model, t, X, test_functions, inputs, ridge):
+        super().__init__(model, t, X, test_functions, inputs, ridge)
+        tf = test_functions
+        self.coefficients = _coefficients(model)
+        Q = self.coefficients.Q
         if Q > 1 and tf.coefficients is None:
             raise ValueError(
                 f"{model.name} has order {Q}: its weak form needs derivatives of order {Q} of "
@@ -203,67 +213,56 @@ class OperatorLikelihood(WeakLikelihood):
                 f"{tf.min_radius:g}); use larger radii (test_functions={{'min_radius': ...}}) "
                 "or more time points"
             )
+        #: relative error of the discrete integration by parts (:func:`moment_error`)
         self.moment_error = err
         ops = np.stack([np.ascontiguousarray(tf.derivative_matrix(q)) for q in range(1, Q + 1)])
-        psi = np.stack([w.integrate(tf) for w in self.inputs.values()] or [np.zeros(tf.K)], axis=1)[
-            :, : len(self.inputs)
-        ]
-        self._data = operator_kernels.Data(
-            phi=self.phi, ops=ops, OX=np.einsum("qkm,me->qke", ops, self.X), Psi=psi
-        )
-        self.b = None  # the first-order constant b = dPhi X has no meaning here
-
-    def _test_functions(self, spec) -> TestFunctions:
-        if spec is None:
-            return default_test_functions(self.t, self.X, self.base_model)
-        return super()._test_functions(spec)
-
-    # --- the hooks of WeakLikelihood ----------------------------------------------------
-    def _evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
-        F, Ju = self._derivs(p, "f", "f_u")
-        return operator_kernels.evaluate(
-            self._data, F, Ju, self._coeff.terms(p), s2, self.ridge, diag
+        psi = np.stack([w.integrate(tf) for w in inputs.values()] or [np.zeros(tf.K)], axis=1)
+        self.data = operator_kernels.Data(
+            phi=self.phi,
+            ops=ops,
+            OX=np.einsum("qkm,me->qke", ops, X),
+            Psi=psi[:, : len(inputs)],
         )
 
-    def _gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
-        Jp, Jup = self._derivs(p, "f_p", "f_up")
-        terms = self._coeff.terms(p, 1)
+    def evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
+        F, Ju = self.derivs(p, "f", "f_u")
+        terms = self.coefficients.terms(p)
+        return operator_kernels.evaluate(self.data, F, Ju, terms, s2, self.ridge, diag)
+
+    def gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
+        Jp, Jup = self.derivs(p, "f_p", "f_up")
+        terms = self.coefficients.terms(p, 1)
         g, gs, BT = operator_kernels.gradient_parts(
-            ev, self._data, Jp, Jup, terms, self.ridge, logdet, sigma2
+            ev, self.data, Jp, Jup, terms, self.ridge, logdet, sigma2
         )
         return g, gs, (Jp, Jup, BT)
 
-    def _hessian_at(self, p, ev, state: tuple, logdet: bool, exact: bool) -> np.ndarray:
+    def hessian(self, p, ev, state: tuple, logdet: bool, exact: bool) -> np.ndarray:
         Jp, Jup, BT = state
-        Jpp, Jupp = self._derivs(p, "f_pp", "f_upp")
-        terms = self._coeff.terms(p, 2)
-        return operator_kernels.hessian(
-            ev, self._data, Jp, Jup, Jpp, Jupp, terms, BT, logdet, exact
-        )
+        Jpp, Jupp = self.derivs(p, "f_pp", "f_upp")
+        terms = self.coefficients.terms(p, 2)
+        return operator_kernels.hessian(ev, self.data, Jp, Jup, Jpp, Jupp, terms, BT, logdet, exact)
 
     def residual(self, p) -> np.ndarray:
-        p = self._p(p)
-        (F,) = self._derivs(p, "f")
-        return operator_kernels.residual(self._data, F, self._coeff.terms(p))
+        (F,) = self.derivs(p, "f")
+        return operator_kernels.residual(self.data, F, self.coefficients.terms(p))
 
     def dr_dp(self, p) -> np.ndarray:
-        p = self._p(p)
-        (Jp,) = self._derivs(p, "f_p")
-        return operator_kernels.dr_dp(self._data, Jp, self._coeff.terms(p, 1))
+        (Jp,) = self.derivs(p, "f_p")
+        return operator_kernels.dr_dp(self.data, Jp, self.coefficients.terms(p, 1))
 
-    def _linear_coefficients(self, s2e: np.ndarray):
+    def linear_coefficients(self, s2e: np.ndarray):
         """``(r0, G, A)`` of the linear-in-parameters form (:mod:`pymc_wendy.weak.linear_form`):
         the residual and ``L`` are affine in ``p``, read off at ``p = 0``."""
         J = self.model.n_params
         zero = np.zeros(J)
-        F0, Ju0, Jup = self._derivs(zero, "f", "f_u", "f_up")
-        terms = self._coeff.terms(zero, 1)
-        r0 = operator_kernels.residual(self._data, F0, terms)
+        F0, Ju0, Jup = self.derivs(zero, "f", "f_u", "f_up")
+        terms = self.coefficients.terms(zero, 1)
+        r0 = operator_kernels.residual(self.data, F0, terms)
         G = self.dr_dp(zero)
-        La = [operator_kernels.linearisation(self._data, Ju0, terms.C)]
-        La += list(operator_kernels._dL_dp(self._data, Jup, terms))
-        M1 = self.t.size
-        sq = np.repeat(np.sqrt(s2e), M1)
+        La = [operator_kernels.linearisation(self.data, Ju0, terms.C)]
+        La += list(operator_kernels.dL_dp(self.data, Jup, terms))
+        sq = np.repeat(np.sqrt(s2e), self.t.size)
         Ls = [x * sq[None, :] for x in La]
         ia, ib = np.triu_indices(J + 1)
         A = np.empty((ia.size, r0.size, r0.size))
@@ -271,3 +270,20 @@ class OperatorLikelihood(WeakLikelihood):
             Aab = Ls[a] @ Ls[b].T
             A[q] = Aab if a == b else Aab + Aab.T
         return r0, G, A
+
+    def score_mean(self, p, ev) -> np.ndarray:
+        # Linear in the states, r(p*) = L(p*) eps exactly and S does not depend on the data:
+        # the quadratic form's score has mean zero at the truth ("analytic" is "profile").
+        if self.model.is_linear_in_states:
+            return np.zeros(self.model.n_params)
+        raise ValueError(
+            f"{self.model.name}: the analytic bias correction of models of order > 1 or with "
+            "inputs needs them linear in the states; use bias_correction='profile'"
+        )
+
+    def kernel_spec(self) -> KernelSpec:
+        model, coeff, d = self.model, self.coefficients, self.data
+        fns = {w: model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
+        fns |= {w: coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")}
+        arrays = (self.t, self.X, d.phi, d.ops, d.OX, d.Psi)
+        return KernelSpec(self.kind, arrays, fns, dict(coeff.shapes))

@@ -46,7 +46,7 @@ import scipy.linalg as sla
 
 from pymc_wendy.weak import kernels
 
-_LOG_2PI = kernels._LOG_2PI
+LOG_2PI = kernels.LOG_2PI
 
 
 @dataclass
@@ -134,10 +134,10 @@ def evaluate(
     S = Ls @ Ls.T
     S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = kernels.cholesky(S)
-    z = kernels._tri(C, r)
+    z = kernels.solve_lower(C, r)
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
     logdet = 2.0 * float(np.sum(np.log(np.diag(C))))
-    nll = 0.5 * (logdet + z @ z + r.size * _LOG_2PI)
+    nll = 0.5 * (logdet + z @ z + r.size * LOG_2PI)
     return Evaluation(r=r, s2=s2, C=C, a=a, nll=float(nll), logdet=logdet, L=L)
 
 
@@ -169,7 +169,7 @@ def gradient_parts(
     La = ev.L.T @ ev.a
     WL = -np.outer(ev.a, La)
     if logdet:
-        WL += kernels._solve(ev.C, ev.L)
+        WL += kernels.solve_covariance(ev.C, ev.L)
     WLS = (WL * ev.s2_columns[None, :]).reshape(D, K, D, M1)
     B = np.einsum("km,dkem->dme", data.phi, WLS, optimize=True)
     T = np.einsum("qkm,dkem->qde", data.ops, WLS, optimize=True)
@@ -182,7 +182,7 @@ def gradient_parts(
     return grad_p, 0.5 * (1.0 - ridge) * per_e, (B, T)
 
 
-def _dL_dp(data: Data, Jup: np.ndarray, terms: Terms) -> np.ndarray:
+def dL_dp(data: Data, Jup: np.ndarray, terms: Terms) -> np.ndarray:
     """``dL/dp_j`` for every parameter, shape ``(J, K D, D M1)``."""
     K, D, M1 = data.shape
     Lj = data.phi[None, None, :, None, :] * Jup.transpose(3, 1, 2, 0)[:, :, None, :, :]
@@ -209,11 +209,11 @@ def hessian(
     Pa = A @ data.phi
     s2c = ev.s2_columns
     G = dr_dp(data, Jp, terms)
-    Lj = _dL_dp(data, Jup, terms)
+    Lj = dL_dp(data, Jup, terms)
     La = ev.L.T @ ev.a  # (D M1,)
     LjTa = np.einsum("jnc,n->jc", Lj, ev.a, optimize=True)  # (J, D M1)
     Sa = np.einsum("jnc,c->nj", Lj, s2c * La, optimize=True) + ev.L @ (s2c[:, None] * LjTa.T)
-    Wv = kernels._tri(ev.C, G - Sa)
+    Wv = kernels.solve_lower(ev.C, G - Sa)
     H = (
         np.einsum("dm,mdij->ij", Pa, Jpp, optimize=True)
         + np.einsum("dk,qke,qdeij->ij", A, data.OX, terms.C_pp, optimize=True)
@@ -225,8 +225,8 @@ def hessian(
     )
     if logdet and exact:
         sq = np.sqrt(s2c)
-        Z = kernels._tri(ev.C, ev.L * sq[None, :])
-        X = np.stack([kernels._tri(ev.C, Lj[i] * sq[None, :]) for i in range(Lj.shape[0])])
+        Z = kernels.solve_lower(ev.C, ev.L * sq[None, :])
+        X = np.stack([kernels.solve_lower(ev.C, Lj[i] * sq[None, :]) for i in range(Lj.shape[0])])
         P = np.einsum("inc,mc->inm", X, Z, optimize=True)
         Pf = P.reshape(P.shape[0], -1)
         PT = P.transpose(0, 2, 1).reshape(P.shape[0], -1)

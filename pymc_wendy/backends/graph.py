@@ -1,10 +1,11 @@
 r"""Reference WENDy weak negative log-likelihood as a plain pytensor graph.
 
-Used by the benchmarks to compare the hand-written numba Op against what pytensor does on its
-own: ``f`` and ``df/du`` are converted from the model's sympy expressions into pytensor
-expressions evaluated on the data (vectorised over the time points, no scan), ``S(p)`` is
-assembled densely, factorised with ``pt.linalg.cholesky`` and solved with
-``pt.linalg.solve_triangular``; every gradient comes from pytensor's autodiff.
+A reference for the hand-written numba Op (:mod:`pymc_wendy.backends.op`): what pytensor does
+on its own, used by ``benchmarks/nuts_speed.py`` and the tests. ``f`` and ``df/du`` are
+converted from the model's sympy expressions into pytensor expressions evaluated on the data
+(vectorised over the time points, no scan), ``S(p)`` is assembled densely, factorised with
+``pt.linalg.cholesky`` and solved with ``pt.linalg.solve_triangular``; every gradient comes
+from pytensor's autodiff.
 
 The data enter as constants by default (``data="constant"``): pytensor sees every size and can
 fold data-only terms, but the numba backend embeds the arrays in the generated code, so each
@@ -26,12 +27,15 @@ from __future__ import annotations
 
 import functools
 import operator
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import sympy as sp
+
+if TYPE_CHECKING:
+    from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["plain_logp_function", "plain_weak_nll", "sympy_to_pytensor"]
 
@@ -83,44 +87,75 @@ def sympy_to_pytensor(expr: sp.Basic, env: dict, _cache: dict | None = None):
 
     if expr in env:
         out = env[expr]
-    elif expr is sp.true or expr is sp.S.true:
-        out = pt.constant(True)
-    elif expr is sp.false or expr is sp.S.false:
-        out = pt.constant(False)
-    elif expr.is_number and not expr.free_symbols:
+    else:
+        for convert in (_leaf, _arithmetic, _function, _logic):
+            out = convert(expr, rec)
+            if out is not None:
+                break
+        else:
+            raise NotImplementedError(f"cannot convert {type(expr).__name__} ({expr}) to pytensor")
+    cache[expr] = out
+    return out
+
+
+# Each converter below returns the pytensor expression of the sympy nodes it knows, None for
+# the others; sympy_to_pytensor tries them in turn, recursing into arguments through ``rec``.
+
+
+def _leaf(expr, rec):
+    """Booleans and numbers (a symbol not in ``env`` is an error)."""
+    if expr is sp.true or expr is sp.S.true:
+        return pt.constant(True)
+    if expr is sp.false or expr is sp.S.false:
+        return pt.constant(False)
+    if expr.is_number and not expr.free_symbols:
         value = complex(expr)
         if value.imag != 0.0:
             raise NotImplementedError(f"complex constant {expr} in a right-hand side")
-        out = pt.constant(value.real, dtype="float64")
-    elif isinstance(expr, sp.Symbol):
+        return pt.constant(value.real, dtype="float64")
+    if isinstance(expr, sp.Symbol):
         raise KeyError(f"no pytensor value for the symbol {expr}")
-    elif isinstance(expr, sp.Add):
-        out = functools.reduce(operator.add, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Mul):
-        out = functools.reduce(operator.mul, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Pow):
+    return None
+
+
+def _arithmetic(expr, rec):
+    """Sums, products and powers."""
+    if isinstance(expr, sp.Add):
+        return functools.reduce(operator.add, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Mul):
+        return functools.reduce(operator.mul, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Pow):
         base, exponent = expr.args
         if exponent == sp.Rational(1, 2):
-            out = pt.sqrt(rec(base))
-        elif exponent == -1:
-            out = 1.0 / rec(base)
-        elif exponent.is_Integer:
-            out = pt.pow(rec(base), int(exponent))
-        else:
-            out = pt.pow(rec(base), rec(exponent))
-    elif type(expr) in _UNARY:
-        out = _UNARY[type(expr)](rec(expr.args[0]))
-    elif isinstance(expr, sp.atan2):
-        out = pt.arctan2(rec(expr.args[0]), rec(expr.args[1]))
-    elif isinstance(expr, sp.Max):
-        out = functools.reduce(pt.maximum, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Min):
-        out = functools.reduce(pt.minimum, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Heaviside):
+            return pt.sqrt(rec(base))
+        if exponent == -1:
+            return 1.0 / rec(base)
+        if exponent.is_Integer:
+            return pt.pow(rec(base), int(exponent))
+        return pt.pow(rec(base), rec(exponent))
+    return None
+
+
+def _function(expr, rec):
+    """Elementwise functions: :data:`_UNARY`, ``atan2``, ``Max``, ``Min``, ``Heaviside``."""
+    if type(expr) in _UNARY:
+        return _UNARY[type(expr)](rec(expr.args[0]))
+    if isinstance(expr, sp.atan2):
+        return pt.arctan2(rec(expr.args[0]), rec(expr.args[1]))
+    if isinstance(expr, sp.Max):
+        return functools.reduce(pt.maximum, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Min):
+        return functools.reduce(pt.minimum, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Heaviside):
         x = rec(expr.args[0])
         h0 = rec(expr.args[1]) if len(expr.args) > 1 else pt.constant(0.5)
-        out = pt.switch(pt.gt(x, 0.0), 1.0, pt.switch(pt.lt(x, 0.0), 0.0, h0))
-    elif isinstance(expr, sp.Piecewise):
+        return pt.switch(pt.gt(x, 0.0), 1.0, pt.switch(pt.lt(x, 0.0), 0.0, h0))
+    return None
+
+
+def _logic(expr, rec):
+    """``Piecewise``, comparisons (:data:`_RELATIONAL`) and boolean connectives."""
+    if isinstance(expr, sp.Piecewise):
         out = None
         for value, cond in reversed(expr.args):
             if out is None:
@@ -129,18 +164,16 @@ def sympy_to_pytensor(expr: sp.Basic, env: dict, _cache: dict | None = None):
                 out = rec(value)
             else:
                 out = pt.switch(rec(cond), rec(value), out)
-    elif type(expr) in _RELATIONAL:
-        out = _RELATIONAL[type(expr)](rec(expr.args[0]), rec(expr.args[1]))
-    elif isinstance(expr, sp.And):
-        out = functools.reduce(pt.and_, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Or):
-        out = functools.reduce(pt.or_, [rec(a) for a in expr.args])
-    elif isinstance(expr, sp.Not):
-        out = pt.invert(rec(expr.args[0]))
-    else:
-        raise NotImplementedError(f"cannot convert {type(expr).__name__} ({expr}) to pytensor")
-    cache[expr] = out
-    return out
+        return out
+    if type(expr) in _RELATIONAL:
+        return _RELATIONAL[type(expr)](rec(expr.args[0]), rec(expr.args[1]))
+    if isinstance(expr, sp.And):
+        return functools.reduce(pt.and_, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Or):
+        return functools.reduce(pt.or_, [rec(a) for a in expr.args])
+    if isinstance(expr, sp.Not):
+        return pt.invert(rec(expr.args[0]))
+    return None
 
 
 def _on_grid(exprs, env: dict, cache: dict, n: int):
@@ -149,14 +182,16 @@ def _on_grid(exprs, env: dict, cache: dict, n: int):
     return pt.stack(cols, axis=1)
 
 
-def plain_weak_nll(lik, p, sigma2=None, *, data: Literal["constant", "shared"] = "constant"):
+def plain_weak_nll(
+    lik: WeakLikelihood, p, sigma2=None, *, data: Literal["constant", "shared"] = "constant"
+):
     """The weak negative log-likelihood of ``lik`` as a plain pytensor graph.
 
     Parameters
     ----------
     lik : WeakLikelihood
         Supplies the (possibly log-transformed) model, data ``X``, times, test functions,
-        ``b = dPhi X``, the noise level and the ridge.
+        the noise level and the ridge.
     p : pytensor vector, shape (J,)
     sigma2 : pytensor vector, shape (D,), optional
         Noise variances per state; defaults to ``lik.sigma**2`` (entering like the data).
@@ -191,18 +226,19 @@ def plain_weak_nll(lik, p, sigma2=None, *, data: Literal["constant", "shared"] =
     p = pt.as_tensor_variable(p)
     sigma2 = pt.as_tensor_variable(sigma2)
 
-    env = {model._t: array(lik.t)}
-    env |= {u: array(X[:, d]) for d, u in enumerate(model._u)}
-    env |= {pj: p[j] for j, pj in enumerate(model._p)}
+    symbols = model.symbols
+    env = {symbols.t: array(lik.t)}
+    env |= {u: array(X[:, d]) for d, u in enumerate(symbols.u)}
+    env |= {pj: p[j] for j, pj in enumerate(symbols.p)}
     cache: dict = {}
 
     F = _on_grid(model.expressions, env, cache, M1)  # (M1, D)
-    f_u = model._jacobians["f_u"]  # (D, D): [d, e]
+    f_u = model.derivative_expressions("f_u")  # (D, D): [d, e]
     Ju = pt.stack(  # (D, D, M1): [d, e, m]
         [_on_grid([f_u[d, e] for e in range(D)], env, cache, M1).T for d in range(D)]
     )
 
-    r = (pt.dot(phi, F) + array(lik.b)).T.flatten()  # state-major
+    r = (pt.dot(phi, F) + array(dphi @ X)).T.flatten()  # state-major; dPhi X is b
     eye = np.eye(D)[:, None, :, None]  # [d, ., e, .]
     L4 = phi[None, :, None, :] * Ju[:, None, :, :] + array(eye * dphi[None, :, None, :])
     L = L4.reshape((n, D * M1))
@@ -215,7 +251,9 @@ def plain_weak_nll(lik, p, sigma2=None, *, data: Literal["constant", "shared"] =
     return 0.5 * (logdet + pt.dot(z, z) + n * _LOG_2PI)
 
 
-def plain_logp_function(lik, mode=None, data: Literal["constant", "shared"] = "constant"):
+def plain_logp_function(
+    lik: WeakLikelihood, mode=None, data: Literal["constant", "shared"] = "constant"
+):
     """Compile ``p -> (nll, dnll/dp)`` from :func:`plain_weak_nll` (default pytensor mode)."""
     p = pt.vector("p", dtype="float64")
     nll = plain_weak_nll(lik, p, data=data)

@@ -1,0 +1,194 @@
+"""Kinds of model in weak form: the interface, and the registry that picks one for a model.
+
+A :class:`WeakForm` is what one kind of model contributes to the weak likelihood: how the data
+and test functions make the weak residual ``r(p)`` and its linearisation ``L(p)`` in the noise,
+and the derivatives of both in ``p``. :class:`~pymc_wendy.WeakLikelihood` owns the rest (data
+checks, the noise level, the covariance algebra shared by every kind, bias correction,
+estimator covariances) and delegates the model-dependent part to its form, so a new kind of
+model is one new :class:`WeakForm` subclass, registered with :func:`register_form`, plus (for
+the compiled Op) one kernel builder in :mod:`pymc_wendy.backends.numba_kernels` under the
+form's :attr:`WeakForm.kind`.
+
+Kinds today:
+
+* :class:`~pymc_wendy.weak.first_order.FirstOrderForm`: ``du/dt = f(t, u, p)``, the WENDy
+  papers' form (kernels in :mod:`pymc_wendy.weak.kernels`);
+* :class:`~pymc_wendy.weak.operator.OperatorForm`: models of order > 1 or with known inputs
+  (kernels in :mod:`pymc_wendy.weak.operator_kernels`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from pymc_wendy.weak import kernels
+
+if TYPE_CHECKING:
+    from pymc_wendy.model.ode import ODEModel
+    from pymc_wendy.weak.test_functions import TestFunctions
+
+__all__ = ["KernelSpec", "WeakForm", "form_for", "register_form"]
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a compiled kernel of a form reads (:mod:`pymc_wendy.backends.numba_kernels`).
+
+    Attributes
+    ----------
+    kind : str
+        The kernel builder to use (the form's :attr:`WeakForm.kind`).
+    arrays : tuple of ndarray
+        The data side, packed into the kernel's runtime buffer in this order (the noise level,
+        tilt and scalars are appended by the backend).
+    functions : dict
+        The numba-compiled model functions the kernel calls, by name.
+    shapes : dict
+        Shapes of the arrays those functions fill, where the builder needs them.
+    """
+
+    kind: str
+    arrays: tuple[np.ndarray, ...]
+    functions: dict[str, Callable] = field(default_factory=dict)
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+class WeakForm(abc.ABC):
+    """The weak residual of one kind of model on one data set.
+
+    Parameters
+    ----------
+    model : ODEModel
+        The model the residual is built from (for log-normal noise, the log-state model).
+    t : ndarray, shape (M+1,)
+        Sample times.
+    X : ndarray, shape (M+1, D)
+        The data the residual uses (``log U`` for log-normal noise).
+    test_functions : TestFunctions
+        The test functions (rows of ``phi``, ``dphi``).
+    inputs : dict
+        Known inputs by name (:class:`~pymc_wendy.model.inputs.Input`).
+    ridge : float
+        The covariance ridge ``S <- (1 - ridge) S + ridge I``.
+
+    Notes
+    -----
+    Residual entries are state-major (entry ``d * K + k``). ``evaluation`` returns an object
+    with at least ``C`` (lower Cholesky factor of ``S``), ``nll``, ``quadratic`` and
+    ``logdet``; ``gradient`` returns ``(grad_p, grad_sigma2 or None, state)`` where ``state``
+    is whatever ``hessian`` reuses at the same point.
+    """
+
+    #: the compiled backend's kernel builder for this kind (:class:`KernelSpec`)
+    kind: ClassVar[str]
+
+    def __init__(
+        self,
+        model: ODEModel,
+        t: np.ndarray,
+        X: np.ndarray,
+        test_functions: TestFunctions,
+        inputs: dict,
+        ridge: float,
+    ):
+        self.model = model
+        self.t = t
+        self.X = X
+        self.test_functions = test_functions
+        self.inputs = inputs
+        self.ridge = ridge
+        self.phi = np.ascontiguousarray(test_functions.phi)
+        self.dphi = np.ascontiguousarray(test_functions.dphi)
+
+    # --- which models, which test functions --------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def accepts(cls, model: ODEModel) -> bool:
+        """Whether this form handles ``model`` (the registry asks the newest form first)."""
+
+    @classmethod
+    def check_noise(cls, model: ODEModel, noise: str) -> None:
+        """Raise a clear error if this form cannot handle the noise model (every noise model
+        is fine unless a form says otherwise)."""
+        return None
+
+    @classmethod
+    def default_test_functions(
+        cls, t: np.ndarray, X: np.ndarray, model: ODEModel
+    ) -> TestFunctions | None:
+        """Test functions when the user gives none, or None for the library default."""
+        return None
+
+    # --- model derivatives at the data --------------------------------------------------------
+    def derivs(self, p: np.ndarray, *which: str) -> list[np.ndarray]:
+        """The model's generated derivatives (``"f"``, ``"f_u"``, ...) at every data row,
+        with a clear error naming the first non-finite one."""
+        out = []
+        for w in which:
+            arr = self.model.evaluate(w, self.t, self.X, p)
+            kernels.check_finite(w, arr, self.t)
+            out.append(arr)
+        return out
+
+    # --- the residual and its derivatives ------------------------------------------------------
+    @abc.abstractmethod
+    def residual(self, p: np.ndarray) -> np.ndarray:
+        """Weak residual ``r(p)``, shape (K*D,)."""
+
+    @abc.abstractmethod
+    def dr_dp(self, p: np.ndarray) -> np.ndarray:
+        """Jacobian ``dr/dp``, shape (K*D, J)."""
+
+    @abc.abstractmethod
+    def evaluation(self, p: np.ndarray, s2: np.ndarray, diag: float | None = None):
+        """Residual, covariance factor and value at ``p`` for noise variances ``s2``; ``diag``
+        replaces the ridge's diagonal term (the tempering ladder's relaxed rungs)."""
+
+    @abc.abstractmethod
+    def gradient(self, p: np.ndarray, ev, logdet: bool, sigma2: bool) -> tuple:
+        """``(grad_p, grad_sigma2 or None, state)`` at an :meth:`evaluation` of ``p``."""
+
+    @abc.abstractmethod
+    def hessian(self, p: np.ndarray, ev, state, logdet: bool, exact: bool) -> np.ndarray:
+        """Hessian in ``p`` from a :meth:`gradient` state; ``exact=False`` may leave out the
+        log-determinant's trace terms."""
+
+    @abc.abstractmethod
+    def linear_coefficients(self, s2e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(r0, G, A)`` of a model linear in ``p`` (:mod:`pymc_wendy.weak.linear_form`) for
+        effective noise variances ``s2e``."""
+
+    @abc.abstractmethod
+    def score_mean(self, p: np.ndarray, ev) -> np.ndarray:
+        """Estimated mean of the quadratic form's score at ``p`` under the data noise
+        (:func:`pymc_wendy.weak.bias.score_mean`), from an :meth:`evaluation` at ``p``."""
+
+    @abc.abstractmethod
+    def kernel_spec(self) -> KernelSpec:
+        """What the compiled kernel of this form reads."""
+
+
+_FORMS: list[type[WeakForm]] = []
+
+
+def register_form(form: type[WeakForm]) -> type[WeakForm]:
+    """Register a :class:`WeakForm` subclass (usable as a class decorator). Forms registered
+    later are asked first, so a more specific kind registers after the general one."""
+    if not (isinstance(form, type) and issubclass(form, WeakForm)):
+        raise TypeError(f"register_form needs a WeakForm subclass; got {form!r}")
+    if form not in _FORMS:
+        _FORMS.append(form)
+    return form
+
+
+def form_for(model: ODEModel) -> type[WeakForm]:
+    """The registered form that handles ``model`` (the most recently registered first)."""
+    for form in reversed(_FORMS):
+        if form.accepts(model):
+            return form
+    raise TypeError(f"no weak form handles the model {model.name!r}")

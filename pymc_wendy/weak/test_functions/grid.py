@@ -1,0 +1,135 @@
+"""The time grid as the test-function construction sees it, and the rows of one radius.
+
+Everything about ``t`` that :mod:`.radius` and :mod:`.build` need is computed once
+(:func:`make_grid`): trapezoid weights, whether the grid is uniform, the unit in which radii
+are counted ("points"), the largest radius that fits and the rounding slack.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymc_wendy.weak.test_functions.families import LocalFamily
+from pymc_wendy.weak.test_functions.quadrature import quadrature_weights
+
+__all__ = ["SNAP_RTOL", "Grid", "check_positive", "make_grid", "too_few_points"]
+
+# Relative spacing deviation below which a grid counts as uniform (WENDy.jl uses 1e-6 absolute).
+UNIFORM_RTOL = 1e-6
+# Slack, relative to the grid spacing, for "support inside the domain" and point conversions;
+# radii computed as n * dt carry rounding errors far below it.
+SNAP_RTOL = 1e-9
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Everything about ``t`` the construction needs, computed once."""
+
+    t: np.ndarray
+    weights: np.ndarray
+    uniform: bool
+    # Unit for radii counted in "points": dt on a uniform grid; on a non-uniform grid the
+    # largest spacing, so that a 2-point bump always covers a few samples.
+    unit: float
+    # Largest radius with at least one admissible centre.
+    r_fit: float
+    tol: float
+
+    @property
+    def M(self) -> int:
+        return self.t.size - 1
+
+    @property
+    def span(self) -> float:
+        return float(self.t[-1] - self.t[0])
+
+    def to_points(self, r: float | np.ndarray) -> np.ndarray:
+        return np.asarray(r, dtype=float) / self.unit
+
+    def floor(self, x: float | np.ndarray) -> np.ndarray:
+        """Round a radius in points down to a whole number on a uniform grid only."""
+        x = np.asarray(x, dtype=float)
+        return np.floor(x + SNAP_RTOL) if self.uniform else x
+
+    def ceil(self, x: float | np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        return np.ceil(x - SNAP_RTOL) if self.uniform else x
+
+    def centres(self, r: float) -> np.ndarray:
+        """Indices of the data points whose bump of radius ``r`` lies inside ``[t_0, t_M]``."""
+        t = self.t
+        ok = (t - r >= t[0] - self.tol) & (t + r <= t[-1] + self.tol)
+        return np.flatnonzero(ok)
+
+    def rows(
+        self, family: LocalFamily, radius: float, centre_idx: np.ndarray, derivative: bool
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """Unit-norm weighted rows of the functions of one radius (and their derivative rows).
+
+        Returns ``(rows, derivative_rows or None, scales)`` where ``scales[i]`` is the factor
+        that made row ``i`` unit norm; the derivative rows share it.
+        """
+        c = self.t[centre_idx]
+        s = (self.t[None, :] - c[:, None]) / radius
+        rows = family.shape(s, 0) * self.weights
+        scales = 1.0 / np.linalg.norm(rows, axis=1)
+        rows *= scales[:, None]
+        if not derivative:
+            return rows, None, scales
+        drows = family.shape(s, 1) * (self.weights * scales[:, None] / radius)
+        return rows, drows, scales
+
+
+def make_grid(t: np.ndarray) -> Grid:
+    """The :class:`Grid` of checked, strictly increasing times ``t``."""
+    h = np.diff(t)
+    dt = (t[-1] - t[0]) / (t.size - 1)
+    uniform = bool(np.max(np.abs(h - dt)) <= UNIFORM_RTOL * dt)
+    tol = SNAP_RTOL * float(np.min(h))
+    if uniform:
+        unit = float(dt)
+        r_fit = ((t.size - 1) // 2) * unit
+        # Nearly uniform grids are treated as uniform; their drift from the ideal grid must not
+        # push the widest bump (radius M/2 points) out of the domain.
+        ideal = t[0] + dt * np.arange(t.size)
+        tol += float(np.max(np.abs(t - ideal)))
+    else:
+        unit = float(np.max(h))
+        r_fit = float(np.max(np.minimum(t - t[0], t[-1] - t)))
+    return Grid(
+        t=t,
+        weights=quadrature_weights(t),
+        uniform=uniform,
+        unit=unit,
+        r_fit=float(r_fit),
+        tol=tol,
+    )
+
+
+def too_few_points(grid: Grid, needed_radius: float, what: str, hint: str = "") -> ValueError:
+    """The error for a radius that fits no test function on ``grid``, saying what would."""
+    n = grid.t.size
+    if grid.uniform:
+        need_pts = 2 * math.ceil(needed_radius / grid.unit - SNAP_RTOL) + 1
+        need = (
+            f"at least {need_pts} points at spacing {grid.unit:.6g} for {what} "
+            f"(radius {needed_radius:.6g})"
+        )
+    else:
+        need = f"a radius of at most {grid.r_fit:.6g} to fit, but {what} has {needed_radius:.6g}"
+    return ValueError(
+        f"too few time points for any admissible test function: t has {n} points on "
+        f"[{grid.t[0]:.6g}, {grid.t[-1]:.6g}] (largest radius that fits: {grid.r_fit:.6g}); "
+        f"need {need}{hint}"
+    )
+
+
+def check_positive(name: str, value: float) -> float:
+    """``value`` as a float; a ValueError naming ``name`` unless it is positive and finite."""
+    value = float(value)
+    if not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value

@@ -1,0 +1,52 @@
+"""Helpers shared by the test files.
+
+Plain functions rather than fixtures, since the tests call them with their own functions and
+points: ``from conftest import central_differences, relative_error`` (``tests/`` has no
+``__init__.py``, so pytest puts it on ``sys.path`` and this module is importable by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+
+def central_differences(
+    fun: Callable, x: np.ndarray, rel_step: float = 1e-5, floor: float = 1e-3
+) -> np.ndarray:
+    """Central-difference derivative of ``fun`` at ``x``, one column per entry of ``x``.
+
+    The step along ``x_j`` is ``h_j = rel_step * max(|x_j|, floor)``: relative for large
+    entries, ``rel_step * floor`` near zero (``floor=0`` makes every step relative). The
+    error is ``O(h^2)`` plus round-off of order ``eps |fun| / h``.
+
+    Parameters
+    ----------
+    fun : callable
+        ``fun(x)``, scalar or array valued.
+    x : ndarray, shape (n,)
+        The point, a float array.
+    rel_step : float
+        Step relative to ``|x_j|``.
+    floor : float
+        Smallest ``|x_j|`` the step is taken relative to.
+
+    Returns
+    -------
+    ndarray, shape ``np.shape(fun(x)) + (n,)``
+        ``[..., j]`` is the derivative along ``x_j``: the gradient of a scalar ``fun``, the
+        Jacobian of a vector one (rows the outputs).
+    """
+    cols = []
+    for j in range(x.size):
+        h = rel_step * max(abs(x[j]), floor)
+        e = np.zeros_like(x)
+        e[j] = h
+        cols.append((np.asarray(fun(x + e)) - np.asarray(fun(x - e))) / (2 * h))
+    return np.stack(cols, axis=-1)
+
+
+def relative_error(a, b) -> float:
+    """``||a - b|| / ||b||``, the Euclidean norms over all entries."""
+    return np.linalg.norm(np.ravel(a - b)) / np.linalg.norm(np.ravel(b))

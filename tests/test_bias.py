@@ -252,7 +252,7 @@ def test_posterior_mode_is_the_corrected_estimate():
 
 @pytest.mark.filterwarnings("ignore::pymc_wendy.bayes.tempering.SFTWarning")  # 3 rungs, short run
 def test_sample_sft_targets_the_corrected_objective():
-    from pymc_wendy.bayes.tempering.model import _TemperedModel
+    from pymc_wendy.bayes.tempering.model import TemperedModel
 
     prob = get_problem("logistic")
     data = prob.simulate(n_points=257, noise_ratio=0.2, seed=2)
@@ -263,7 +263,7 @@ def test_sample_sft_targets_the_corrected_objective():
         pw.WeakODELikelihood(
             "U", ode=prob.model, params=p, t=data.t, observed=data.U, bias_correction=res
         )
-    target = _TemperedModel(model, {"p": res.x}, "hybrid")
+    target = TemperedModel(model, {"p": res.x}, "hybrid")
     q0, q1 = res.x, res.x * np.array([1.04, 0.97])
     # the top rung (alpha = 0) is the corrected objective, not WENDy-MLE's likelihood
     d_top = target.parts(q1, 0.0)[1] - target.parts(q0, 0.0)[1]

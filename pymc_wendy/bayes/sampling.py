@@ -47,6 +47,8 @@ import xarray as xr
 from pymc.blocking import DictToArrayBijection
 
 from pymc_wendy._threads import blas_threads as _blas_threads
+
+# how the distribution stores its parameters is its own business; sample reads them back
 from pymc_wendy.bayes.distribution import _is_symbolic, _params_vector
 from pymc_wendy.bayes.whitening import (
     NotPositiveDefinite,

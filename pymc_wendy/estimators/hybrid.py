@@ -14,6 +14,8 @@ import numpy as np
 
 from pymc_wendy.estimators import mle, oels
 from pymc_wendy.estimators._problem import FitProblem, check_options
+
+# hybrid is output error started from the MLE: it runs oels's fitting step itself
 from pymc_wendy.estimators.oels import _fit_oe, estimate_initial_state
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult

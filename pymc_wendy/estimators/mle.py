@@ -16,6 +16,7 @@ import warnings
 import numpy as np
 from scipy import optimize
 
+# _newton is the MLE's own optimiser, split out for length: its helpers serve this module only
 from pymc_wendy.estimators._newton import (
     TRUST_CONSTR,
     TRUST_EXACT,

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from pymc_wendy.bayes.tempering.model import _TemperedModel
+    from pymc_wendy.bayes.tempering.model import TemperedModel
 
 
-class _DualAverage:
+class DualAverage:
     """Hoffman & Gelman (2014) step-size adaptation toward a mean acceptance statistic."""
 
     def __init__(self, eps: float, target: float):
@@ -40,7 +40,7 @@ class _DualAverage:
         return math.exp(self.log_bar)
 
 
-def _metric_windows(tune: int) -> set[int]:
+def metric_windows(tune: int) -> set[int]:
     """Iterations after which the mass matrix is re-estimated: Stan's doubling windows."""
     if tune < 40:
         return set()
@@ -55,7 +55,7 @@ def _metric_windows(tune: int) -> set[int]:
     return ends
 
 
-def _covariance_factor(samples: np.ndarray, segment: np.ndarray, fallback: np.ndarray):
+def covariance_factor(samples: np.ndarray, segment: np.ndarray, fallback: np.ndarray):
     """Cholesky factor of the pooled within-segment covariance (shrunk toward its diagonal).
 
     A segment is a run of iterations without a swap that jumped between basins
@@ -82,7 +82,7 @@ def _covariance_factor(samples: np.ndarray, segment: np.ndarray, fallback: np.nd
         return fallback
 
 
-def _initial_factor(target: _TemperedModel, x, alpha, beta, fallback=None) -> np.ndarray:
+def initial_factor(target: TemperedModel, x, alpha, beta, fallback=None) -> np.ndarray:
     """Inverse-Hessian metric at ``x`` (central differences of the gradient); where the
     Hessian is not negative definite, ``fallback`` or else a diagonal one."""
     n = x.size

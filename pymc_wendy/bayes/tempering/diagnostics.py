@@ -33,7 +33,7 @@ def _barrier_per_pair(accept: np.ndarray) -> np.ndarray:
     return -stats.norm.ppf(np.asarray(accept) / 2.0) * np.sqrt(2.0 / np.pi)
 
 
-def _communication_barrier(acc: np.ndarray, att: np.ndarray) -> float:
+def communication_barrier(acc: np.ndarray, att: np.ndarray) -> float:
     """The ladder's global communication barrier from the swaps of all chains (pooled)."""
     n = np.maximum(att.sum(0), 1)
     accept = np.clip(acc.sum(0) / n, 0.5 / n, 1.0)  # no swap in n tries: at most about 1/(2n)
@@ -45,10 +45,10 @@ def _rungs_for(barrier: float, accept: float = _TARGET_SWAP) -> int:
     return 1 + max(1, math.ceil(barrier / float(_barrier_per_pair(accept))))
 
 
-def _warn(dt, acc, att, C) -> None:
+def warn_about_swaps(dt, acc, att, C) -> None:
     """:class:`SFTWarning` for pairs that never swapped or rarely swap, divergences in the top
     rung and chains that disagree (``acc``, ``att``: swap acceptances and attempts per chain
-    and pair; ``C`` chains). Called from ``results._result``, itself called from
+    and pair; ``C`` chains). Called from ``results.assemble_result``, itself called from
     ``sample_sft``, which ``stacklevel=3`` names as the warnings' origin."""
     import arviz as az
 

@@ -14,7 +14,7 @@ Relaxation = Literal["covariance", "power", "hybrid"]
 
 
 @dataclass
-class _Ladder:
+class Ladder:
     """Rung levels ``s`` in [0, 1] (1 = the model) and their map to ``alpha`` or ``beta``."""
 
     relaxation: Relaxation
@@ -59,7 +59,7 @@ class _Ladder:
         self.s[-1] = 1.0
 
 
-def _make_ladder(relaxation: Relaxation, rungs, ladder, alpha_min: float) -> _Ladder:
+def make_ladder(relaxation: Relaxation, rungs, ladder, alpha_min: float) -> Ladder:
     """The starting ladder: ``rungs`` evenly spaced levels, or the user's ``ladder`` checked
     and mapped to levels.
 
@@ -77,9 +77,9 @@ def _make_ladder(relaxation: Relaxation, rungs, ladder, alpha_min: float) -> _La
 
     Returns
     -------
-    _Ladder
+    Ladder
     """
-    lad = _Ladder(relaxation, np.zeros(1), alpha_min=alpha_min)
+    lad = Ladder(relaxation, np.zeros(1), alpha_min=alpha_min)
     if ladder is None:
         R = int(rungs)
         if R < 2:

@@ -17,7 +17,7 @@ from pymc_wendy.backends.op import WeakLogLikelihoodOp
 from pymc_wendy.bayes.tempering.ladder import Relaxation
 
 
-class _TemperedModel:
+class TemperedModel:
     """Compiled ``log pi(x; alpha, beta) = prior(x) + beta * lik_alpha(x)`` on the unconstrained
     vector ``x``, its gradient, and the value-only parts used by swaps."""
 

@@ -37,7 +37,7 @@ def _criterion(p_minus, p_plus, rho) -> bool:
     return bool(p_plus @ rho > 0 and p_minus @ rho > 0)
 
 
-class _NUTS:
+class NUTS:
     """One multinomial NUTS transition with identity metric (the caller whitens)."""
 
     def __init__(self, fun, eps: float, rng: np.random.Generator, max_depth: int):

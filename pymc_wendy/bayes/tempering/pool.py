@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from pymc_wendy.bayes.tempering.ladder import _Ladder
-    from pymc_wendy.bayes.tempering.population import _Population
+    from pymc_wendy.bayes.tempering.ladder import Ladder
+    from pymc_wendy.bayes.tempering.population import Population
 
 
-def _n_workers(cores: int | None, chains: int) -> int:
+def worker_count(cores: int | None, chains: int) -> int:
     """Worker processes for the populations: forked (they inherit the compiled functions), so
     only where fork is safe and cheap, Linux, and not from a daemonic process."""
     if cores is not None and int(cores) < 1:
@@ -53,10 +53,10 @@ def _worker(conn, indices: list[int]) -> None:
         conn.close()
 
 
-class _Runner:
+class Runner:
     """Runs the populations block by block, in this process or in forked workers."""
 
-    def __init__(self, target, lad: _Ladder, populations: list[_Population], workers: int):
+    def __init__(self, target, lad: Ladder, populations: list[Population], workers: int):
         global _FORKED
         self.target, self.lad, self.populations = target, lad, populations
         self.workers: list = []

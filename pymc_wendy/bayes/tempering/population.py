@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pymc_wendy.bayes.tempering.adaptation import _initial_factor, _metric_windows
-from pymc_wendy.bayes.tempering.replica import _move, _new_replicas, _swap
+from pymc_wendy.bayes.tempering.adaptation import initial_factor, metric_windows
+from pymc_wendy.bayes.tempering.replica import new_replicas, nuts_move, propose_swap
 
 if TYPE_CHECKING:
-    from pymc_wendy.bayes.tempering.ladder import _Ladder
-    from pymc_wendy.bayes.tempering.model import _TemperedModel
-    from pymc_wendy.bayes.tempering.replica import _Replica
+    from pymc_wendy.bayes.tempering.ladder import Ladder
+    from pymc_wendy.bayes.tempering.model import TemperedModel
+    from pymc_wendy.bayes.tempering.replica import Replica
 
 
 def _pairs(it: int, n_pairs: int, swap: str, rng) -> list[int]:
@@ -24,15 +24,15 @@ def _pairs(it: int, n_pairs: int, swap: str, rng) -> list[int]:
     return [int(rng.integers(n_pairs))] if rng.random() < 0.5 else []
 
 
-class _Population:
+class Population:
     """One chain of :func:`sample_sft`: a full ladder of replicas, its swaps and its records."""
 
     def __init__(self, replicas, rng, tune, draws, swap, max_depth, keep_rungs, n):
         R = len(replicas)
-        self.replicas: list[_Replica] = replicas
+        self.replicas: list[Replica] = replicas
         self.rng = rng
         self.tune, self.swap, self.max_depth = tune, swap, max_depth
-        self.windows = _metric_windows(tune)
+        self.windows = metric_windows(tune)
         self.s: np.ndarray | None = None
         self.att = np.zeros(R - 1)
         self.acc = np.zeros(R - 1)
@@ -42,7 +42,7 @@ class _Population:
         }
         self.rungs = np.empty((draws, R, n)) if keep_rungs else None
 
-    def run(self, begin: int, stop: int, target, lad: _Ladder):
+    def run(self, begin: int, stop: int, target, lad: Ladder):
         """Iterations ``begin`` to ``stop - 1``: a NUTS move on every rung, then swaps.
         Returns the swap attempts and acceptances made while tuning (for the ladder)."""
         if self.s is None or not np.array_equal(self.s, lad.s):
@@ -56,7 +56,7 @@ class _Population:
         for it in range(begin, stop):
             tuning = it < tune
             for r, rep in enumerate(self.replicas):
-                st = _move(target, rep, alpha[r], beta[r], self.rng, self.max_depth)
+                st = nuts_move(target, rep, alpha[r], beta[r], self.rng, self.max_depth)
                 if tuning:
                     rep.eps = rep.da.update(st["accept"])
                     if it >= 75 or tune < 200:
@@ -72,7 +72,7 @@ class _Population:
                     top["eps"].append(rep.eps)
                     top["energy"].append(st["energy"])
             for k in _pairs(it, R - 1, self.swap, self.rng):
-                ok = _swap(target, self.replicas, k, lad, self.rng)
+                ok = propose_swap(target, self.replicas, k, lad, self.rng)
                 if tuning:
                     win_att[k] += 1
                     win_acc[k] += ok
@@ -106,9 +106,9 @@ class _Population:
         }
 
 
-def _populations(
-    target: _TemperedModel,
-    lad: _Ladder,
+def make_populations(
+    target: TemperedModel,
+    lad: Ladder,
     xs: list[np.ndarray],
     rng: np.random.Generator,
     *,
@@ -118,14 +118,14 @@ def _populations(
     swap: str,
     max_depth: int,
     keep_rungs: bool,
-) -> list[_Population]:
+) -> list[Population]:
     """One population per start point, each with its own random stream.
 
     Parameters
     ----------
-    target : _TemperedModel
+    target : TemperedModel
         The tempered model.
-    lad : _Ladder
+    lad : Ladder
         The starting ladder.
     xs : list of numpy.ndarray
         Unconstrained start points, one per population (all its rungs start there).
@@ -137,16 +137,15 @@ def _populations(
 
     Returns
     -------
-    list of _Population
+    list of Population
     """
     rngs = [np.random.default_rng(s) for s in rng.bit_generator.seed_seq.spawn(len(xs))]
     ref_factors = [
-        _initial_factor(target, target.x0.data, lad.alpha[r], lad.beta[r])
-        for r in range(lad.s.size)
+        initial_factor(target, target.x0.data, lad.alpha[r], lad.beta[r]) for r in range(lad.s.size)
     ]
     return [
-        _Population(
-            _new_replicas(target, lad, x, ref_factors, target_accept),
+        Population(
+            new_replicas(target, lad, x, ref_factors, target_accept),
             rng_c,
             tune,
             draws,

@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pymc_wendy.bayes.tempering.adaptation import (
-    _covariance_factor,
-    _DualAverage,
-    _initial_factor,
+    DualAverage,
+    covariance_factor,
+    initial_factor,
 )
-from pymc_wendy.bayes.tempering.nuts import _NUTS
+from pymc_wendy.bayes.tempering.nuts import NUTS
 
 if TYPE_CHECKING:
-    from pymc_wendy.bayes.tempering.ladder import _Ladder
-    from pymc_wendy.bayes.tempering.model import _TemperedModel
+    from pymc_wendy.bayes.tempering.ladder import Ladder
+    from pymc_wendy.bayes.tempering.model import TemperedModel
 
 
 @dataclass
@@ -34,13 +34,13 @@ class _State:
 
 
 @dataclass
-class _Replica:
+class Replica:
     """One chain of one population: its state, step size and mass matrix."""
 
     state: _State
     factor: np.ndarray
     eps: float
-    da: _DualAverage
+    da: DualAverage
     ref_factor: np.ndarray  # the rung's curvature at the WENDy-MLE: the fallback metric
     window: list = field(default_factory=list)
     segment: int = 0  # incremented when a swap brings a state from another basin
@@ -49,27 +49,27 @@ class _Replica:
     def end_window(self) -> None:
         """Re-estimate the metric from the states of the window just ended (falling back to
         the reference one) and restart the step-size adaptation for the new metric."""
-        self.factor = _covariance_factor(
+        self.factor = covariance_factor(
             np.array(self.window), np.array(self.window_segment), self.ref_factor
         )
         self.window, self.window_segment = [], []
         self.da.restart(self.eps)
 
 
-def _new_replicas(
-    target: _TemperedModel,
-    lad: _Ladder,
+def new_replicas(
+    target: TemperedModel,
+    lad: Ladder,
     x: np.ndarray,
     ref_factors: list[np.ndarray],
     target_accept: float,
-) -> list[_Replica]:
+) -> list[Replica]:
     """The replicas of one population, one per rung, all starting at ``x``.
 
     Parameters
     ----------
-    target : _TemperedModel
+    target : TemperedModel
         The tempered model.
-    lad : _Ladder
+    lad : Ladder
         The starting ladder.
     x : numpy.ndarray
         The population's unconstrained start point.
@@ -80,23 +80,21 @@ def _new_replicas(
 
     Returns
     -------
-    list of _Replica
+    list of Replica
         From the easiest rung to the model.
     """
     eps = 0.5 / target.n**0.25
     row = []
     for r in range(lad.s.size):
         # the curvature where the chain starts, if that is a local mode of the rung
-        factor = _initial_factor(target, x, lad.alpha[r], lad.beta[r], ref_factors[r])
+        factor = initial_factor(target, x, lad.alpha[r], lad.beta[r], ref_factors[r])
         row.append(
-            _Replica(
-                _State(x.copy()), factor, eps, _DualAverage(eps, target_accept), ref_factors[r]
-            )
+            Replica(_State(x.copy()), factor, eps, DualAverage(eps, target_accept), ref_factors[r])
         )
     return row
 
 
-def _move(target, rep: _Replica, alpha, beta, rng, max_depth) -> dict:
+def nuts_move(target, rep: Replica, alpha, beta, rng, max_depth) -> dict:
     """One NUTS transition of a replica on its rung, in coordinates whitened by its metric."""
     st = rep.state
     if st.stale:
@@ -110,7 +108,7 @@ def _move(target, rep: _Replica, alpha, beta, rng, max_depth) -> dict:
         return lp, L.T @ g, (x, g, prior, lik)
 
     y0 = np.linalg.solve(L, st.x)
-    nuts = _NUTS(fun, rep.eps, rng, max_depth)
+    nuts = NUTS(fun, rep.eps, rng, max_depth)
     leaf, stats = nuts.transition(y0, st.lp, L.T @ st.grad)
     if leaf.info:
         x, g, prior, lik = leaf.info
@@ -118,7 +116,7 @@ def _move(target, rep: _Replica, alpha, beta, rng, max_depth) -> dict:
     return stats
 
 
-def _jump(rep: _Replica, new: np.ndarray) -> bool:
+def _jump(rep: Replica, new: np.ndarray) -> bool:
     """Whether a swap moves a rung's state further than two independent draws of the rung's
     current metric would be apart (squared distance beyond the 99.99 % point of 2 chi2_n):
     a jump between basins, which starts a new segment for the metric estimate."""
@@ -133,7 +131,7 @@ def _chi2_9999(n: int) -> float:
     return float(chi2.ppf(0.9999, n))
 
 
-def _swap(target, row: list[_Replica], k: int, lad: _Ladder, rng) -> bool:
+def propose_swap(target, row: list[Replica], k: int, lad: Ladder, rng) -> bool:
     """Exact Metropolis-Hastings exchange of the states of rungs ``k`` and ``k + 1``."""
     a, b = row[k], row[k + 1]
     for rep, r in ((a, k), (b, k + 1)):

@@ -15,14 +15,14 @@ import xarray as xr
 from pymc.pytensorf import join_nonshared_inputs
 from pytensor.graph.replace import vectorize_graph
 
-from pymc_wendy.bayes.tempering.diagnostics import _communication_barrier, _warn
+from pymc_wendy.bayes.tempering.diagnostics import communication_barrier, warn_about_swaps
 
 if TYPE_CHECKING:
-    from pymc_wendy.bayes.tempering.ladder import _Ladder
-    from pymc_wendy.bayes.tempering.model import _TemperedModel
+    from pymc_wendy.bayes.tempering.ladder import Ladder
+    from pymc_wendy.bayes.tempering.model import TemperedModel
 
 
-def _result(model, target, lad, results, C, D, elapsed, relaxation, swap):
+def assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap):
     """Assemble the populations' records into the ``DataTree`` :func:`sample_sft` returns,
     and warn (:class:`SFTWarning`) about what its statistics show.
 
@@ -30,12 +30,12 @@ def _result(model, target, lad, results, C, D, elapsed, relaxation, swap):
     ----------
     model : pm.Model
         The sampled model.
-    target : _TemperedModel
+    target : TemperedModel
         Its tempered version (start point and relaxation scales).
-    lad : _Ladder
+    lad : Ladder
         The final ladder.
     results : list of dict
-        ``_Population.result()`` of every population, in chain order.
+        ``Population.result()`` of every population, in chain order.
     C, D : int
         Chains and draws per chain.
     elapsed : float
@@ -77,13 +77,13 @@ def _result(model, target, lad, results, C, D, elapsed, relaxation, swap):
         }
     )
     if lad.s.size > 1:
-        dt["sample_stats"].attrs["communication_barrier"] = _communication_barrier(acc, att)
-    _warn(dt, acc, att, C)
+        dt["sample_stats"].attrs["communication_barrier"] = communication_barrier(acc, att)
+    warn_about_swaps(dt, acc, att, C)
     return dt
 
 
 def _back_transform(
-    model: pm.Model, target: _TemperedModel, names: list[str]
+    model: pm.Model, target: TemperedModel, names: list[str]
 ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
     """A function from unconstrained vectors ``(..., n)`` to the values of the variables
     ``names`` on their original scale, each shaped ``(..., *shape)``."""
@@ -121,9 +121,7 @@ def _nuts_stats(results: list[dict]) -> dict[str, np.ndarray]:
     }
 
 
-def _ladder_stats(
-    lad: _Ladder, results: list[dict], acc: np.ndarray, att: np.ndarray
-) -> xr.Dataset:
+def _ladder_stats(lad: Ladder, results: list[dict], acc: np.ndarray, att: np.ndarray) -> xr.Dataset:
     """Swap statistics per chain and pair (``acc``, ``att``: accepted and attempted swaps),
     acceptance and step size per chain and rung, and the final ladder per rung."""
     C, R = acc.shape[0], lad.s.size

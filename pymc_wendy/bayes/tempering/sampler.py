@@ -15,14 +15,11 @@ from pymc.blocking import DictToArrayBijection
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
-
-# sample_sft wires the package's parts together, so it imports one private piece from each
-# of five modules (two from the pool: the worker count is checked before anything compiles)
-from pymc_wendy.bayes.tempering.ladder import Relaxation, _make_ladder
-from pymc_wendy.bayes.tempering.model import _TemperedModel
-from pymc_wendy.bayes.tempering.pool import _n_workers, _Runner
-from pymc_wendy.bayes.tempering.population import _populations
-from pymc_wendy.bayes.tempering.results import _result
+from pymc_wendy.bayes.tempering.ladder import Relaxation, make_ladder
+from pymc_wendy.bayes.tempering.model import TemperedModel
+from pymc_wendy.bayes.tempering.pool import Runner, worker_count
+from pymc_wendy.bayes.tempering.population import make_populations
+from pymc_wendy.bayes.tempering.results import assemble_result
 
 
 def sample_sft(
@@ -114,15 +111,15 @@ def sample_sft(
     model = pm.modelcontext(model)
     _check_arguments(model, relaxation, swap, draws, tune, chains, target_accept)
     C, T, D = int(chains), int(tune), int(draws)
-    workers = _n_workers(cores, C)
+    workers = worker_count(cores, C)
     rng = np.random.default_rng(random_seed)
     # the ladder's scale and the first mass matrices come from the WENDy-MLE, not from
     # wherever a chain is started (possibly a spurious mode)
     starts, reference = _starts(model, initvals, C)
-    target = _TemperedModel(model, reference, relaxation)
-    lad = _make_ladder(relaxation, rungs, ladder, target.alpha_min)
+    target = TemperedModel(model, reference, relaxation)
+    lad = make_ladder(relaxation, rungs, ladder, target.alpha_min)
     xs = [DictToArrayBijection.map({k: start[k] for k in target.point0}).data for start in starts]
-    populations = _populations(
+    populations = make_populations(
         target,
         lad,
         xs,
@@ -138,7 +135,7 @@ def sample_sft(
     start_time = time.perf_counter()
     results = _run_blocks(target, lad, populations, workers, T, D, adapt, progressbar)
     elapsed = time.perf_counter() - start_time
-    return _result(model, target, lad, results, C, D, elapsed, relaxation, swap)
+    return assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap)
 
 
 def _check_arguments(model, relaxation, swap, draws, tune, chains, target_accept) -> None:
@@ -197,7 +194,7 @@ def _schedule(tune: int, draws: int, adapt_ladder: bool) -> tuple[set[int], list
 
 
 def _run_blocks(
-    target: _TemperedModel,
+    target: TemperedModel,
     lad,
     populations: list,
     workers: int,
@@ -212,14 +209,14 @@ def _run_blocks(
     Returns
     -------
     list of dict
-        Every population's records (``_Population.result``), in chain order.
+        Every population's records (``Population.result``), in chain order.
     """
     updates, ends = _schedule(tune, draws, adapt_ladder)
     n_updates = 0
     bar = None
     # the likelihood's factorisations are small: threads only contend with each other
     limits = one_blas_thread()
-    runner = _Runner(target, lad, populations, workers)
+    runner = Runner(target, lad, populations, workers)
     try:
         bar = _Progress(progressbar, tune + draws, len(populations))
         begin = 0

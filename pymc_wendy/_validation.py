@@ -10,6 +10,10 @@ import numpy as np
 #: the noise models every entry point accepts
 NOISE_MODELS = ("normal", "lognormal")
 
+#: Magnitudes of time spans and data whose squares (and the products of the covariance) stay
+#: inside double precision with room to spare; beyond them results would be silently wrong.
+MAGNITUDE_RANGE = (1e-100, 1e100)
+
 
 def check_times(t: Any) -> np.ndarray:
     """A 1-D, finite, strictly increasing array of at least two times, as floats."""
@@ -26,6 +30,13 @@ def check_times(t: Any) -> np.ndarray:
         raise ValueError(
             f"t must be strictly increasing (sorted, no repeats); t[{i}] = {t[i]:g} >= "
             f"t[{i + 1}] = {t[i + 1]:g}"
+        )
+    span = float(t[-1] - t[0])
+    lo, hi = MAGNITUDE_RANGE
+    if not lo <= span <= hi or not lo <= float(np.min(steps)):
+        raise ValueError(
+            f"t spans {span:g} with smallest step {float(np.min(steps)):g}: outside the range "
+            f"[{lo:g}, {hi:g}] that double precision handles here; express t in another unit"
         )
     return t
 
@@ -57,7 +68,22 @@ def check_data(t: Any, U: Any, n_states: int | None = None) -> tuple[np.ndarray,
             f"U contains NaN or infinite values ({int(bad.sum())}, first at row {m}, column {d}); "
             "remove or impute them before fitting"
         )
+    _check_magnitude(U)
     return t, U
+
+
+def _check_magnitude(U: np.ndarray) -> None:
+    """A state whose size is out of :data:`MAGNITUDE_RANGE` (all-zero states are fine)."""
+    size = np.max(np.abs(U), axis=0)
+    lo, hi = MAGNITUDE_RANGE
+    bad = (size > hi) | ((size > 0) & (size < lo))
+    if bad.any():
+        d = int(np.argmax(bad))
+        raise ValueError(
+            f"U's column {d} has values of size {size[d]:g}: outside the range [{lo:g}, {hi:g}] "
+            "that double precision handles here (their squares overflow or underflow); "
+            "rescale the data (the parameters then rescale with them)"
+        )
 
 
 def check_positive_data(t: np.ndarray, U: np.ndarray, states) -> None:

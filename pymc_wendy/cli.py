@@ -139,13 +139,10 @@ class _pandas_width:
 def _run_study(args):
     from pymc_wendy.studies.coverage import run_coverage
 
-    def floats(text):
-        return [float(x) for x in text.split(",") if x.strip()]
-
     kwargs = {
-        "methods": [m for m in args.methods.split(",") if m.strip()],
-        "noise_ratios": floats(args.noise),
-        "n_points": [int(x) for x in floats(args.points)],
+        "methods": args.methods,
+        "noise_ratios": args.noise,
+        "n_points": args.points,
         "n_datasets": args.datasets,
         "level": args.level,
         "seed": args.seed,
@@ -176,6 +173,70 @@ def _coverage(args) -> int:
     return 0
 
 
+def _whole_number(text: str, minimum: int) -> int:
+    """An option's value as an integer of at least ``minimum``; an argparse error otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number; got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}; got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    return _whole_number(text, 1)
+
+
+def _natural(text: str) -> int:
+    """A non-negative integer: a seed, a number of tuning steps."""
+    return _whole_number(text, 0)
+
+
+def _positive_float(text: str) -> float:
+    """An option's value as a positive finite number; an argparse error otherwise."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
+    if not 0 < value < np.inf:
+        raise argparse.ArgumentTypeError(f"expected a positive finite number; got {text!r}")
+    return value
+
+
+def _level(text: str) -> float:
+    """An interval level: a number strictly between 0 and 1."""
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"expected a level between 0 and 1; got {text!r}")
+    return value
+
+
+def _list_of(parse, what: str):
+    """An argparse type for a non-empty comma-separated list, each entry read by ``parse``."""
+
+    def parse_list(text: str) -> list:
+        entries = [e.strip() for e in text.split(",")]
+        if not text.strip() or not all(entries):
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated list of {what} with no empty entries; got {text!r}"
+            )
+        return [parse(e) for e in entries]
+
+    return parse_list
+
+
+def _method(name: str) -> str:
+    """A coverage method name, checked here so that a typo is an argparse error."""
+    from pymc_wendy.studies.coverage.methods import parse_methods
+
+    try:
+        parse_methods([name])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="pymc-wendy", description="Weak-form ODE inference (WENDy) for PyMC"
@@ -183,26 +244,38 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="MAP and NUTS posterior for a simulated benchmark problem")
     d.add_argument("--problem", default="fitzhugh_nagumo", choices=list_problems())
-    d.add_argument("--points", type=int, default=513)
-    d.add_argument("--noise", type=float, default=0.1, help="noise ratio (default 0.1)")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--draws", type=int, default=1000)
-    d.add_argument("--tune", type=int, default=1000)
-    d.add_argument("--chains", type=int, default=4)
+    d.add_argument("--points", type=_positive_int, default=513)
+    d.add_argument("--noise", type=_positive_float, default=0.1, help="noise ratio (default 0.1)")
+    d.add_argument("--seed", type=_natural, default=0)
+    d.add_argument("--draws", type=_positive_int, default=1000)
+    d.add_argument("--tune", type=_natural, default=1000)
+    d.add_argument("--chains", type=_positive_int, default=4)
     d.add_argument("--output", default="pymc_wendy_demo.png", help="plot file ('' for none)")
     c = sub.add_parser(
         "coverage",
         help="coverage/accuracy study over many simulated data sets (resumable with --store)",
     )
     c.add_argument("--problem", default="logistic", choices=list_problems())
-    c.add_argument("--methods", default="mle-hessian,mle-sandwich", help="comma-separated")
-    c.add_argument("--noise", default="0.05,0.1,0.2", help="comma-separated noise ratios")
-    c.add_argument("--points", default="513", help="comma-separated numbers of points")
-    c.add_argument("--datasets", type=int, default=100)
-    c.add_argument("--level", type=float, default=0.95)
-    c.add_argument("--seed", type=int, default=0)
+    # lists are parsed strictly: an empty list or entry, or 100.7 points, is an error (exit 2)
+    c.add_argument(
+        "--methods", type=_list_of(_method, "method names"), default="mle-hessian,mle-sandwich",
+        help="comma-separated",
+    )  # fmt: skip
+    c.add_argument(
+        "--noise", type=_list_of(_positive_float, "positive numbers"), default="0.05,0.1,0.2",
+        help="comma-separated noise ratios",
+    )  # fmt: skip
+    c.add_argument(
+        "--points", type=_list_of(_positive_int, "whole numbers"), default="513",
+        help="comma-separated numbers of points",
+    )  # fmt: skip
+    c.add_argument("--datasets", type=_positive_int, default=100)
+    c.add_argument("--level", type=_level, default=0.95)
+    c.add_argument("--seed", type=_natural, default=0)
     c.add_argument("--store", default=None, help="directory for finished runs (resume)")
-    c.add_argument("--workers", type=int, default=None, help="local processes (default: cores)")
+    c.add_argument(
+        "--workers", type=_positive_int, default=None, help="local processes (default: cores)"
+    )
     c.add_argument("--dask", default=None, help="address of a Dask scheduler to run on")
     c.add_argument("--table", default=None, help="write the summary table to this CSV file")
     c.add_argument(

@@ -145,12 +145,13 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
     assert part.attrs["n_done"] == 6 and part.sizes["dataset"] == 2
     first = {"estimator": "mle-hessian", "noise_ratio": [0.05], "dataset": [0, 1]}
     xr.testing.assert_allclose(part["estimate"].sel(first), serial_study["estimate"].sel(first))
-    # a line cut short by a crash is ignored (that run is redone)
+    # a line cut short by a crash is skipped with a warning (that run is redone)
     with (store / "runs.jsonl").open("a") as fh:
         fh.write(lines[0][: len(lines[0]) // 2])
     calls.clear()
     monkeypatch.setattr(cov_pool, "run_task", lambda t: (calls.append(t.key), real(t))[1])
-    ds = cov.run_coverage("logistic", **kwargs, **SMALL)
+    with pytest.warns(RuntimeWarning, match="line 5: cut short or not JSON"):
+        ds = cov.run_coverage("logistic", **kwargs, **SMALL)
     assert len(calls) == 2 * 2 * 3 - 4  # only the rest ran (2 estimators x 2 noise x 3 sets)
     xr.testing.assert_allclose(
         ds.drop_vars(["wall_time", "message"]),

@@ -70,3 +70,13 @@ def test_cli_demo_runs_and_reports(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "MAP" in out and "true values inside their 95 % credible intervals" in out
     assert plot.stat().st_size > 10_000
+
+
+def test_data_page_example_matches_the_array_fit():
+    pytest.importorskip("pandas")
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "data.md").read_text(), re.S)
+    namespace: dict = {}
+    exec(blocks[0], namespace)  # noqa: S102
+    d = namespace["d"]
+    ref = namespace["pw"].fit(namespace["P"].model, d.t, d.U)
+    np.testing.assert_allclose(namespace["res"].x, ref.x, rtol=1e-12)

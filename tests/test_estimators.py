@@ -350,8 +350,8 @@ def test_bad_input_model_and_data(logistic, lv_lik):
     for method in ("mle", "oels"):
         with pytest.raises(ValueError, match="non-positive"):
             pw.fit(prob.model, data.t, U, method=method, noise="lognormal")
-    U[3] = np.nan
-    with pytest.raises(ValueError, match="NaN|finite"):
+    U[3] = np.inf  # NaN is a missing value now (docs/data.md); infinity stays an error
+    with pytest.raises(ValueError, match="finite|inf"):
         pw.fit(prob.model, data.t, U, method="oels")
 
 
@@ -389,7 +389,8 @@ def test_mle_with_the_newton_model_reaches_the_exact_newton_optimum(monkeypatch,
     """Models nonlinear in the parameters: trust-region steps with the cheap Newton model
     (the Hessian without the log-determinant's trace terms) and no exact Hessian at all end
     where the same optimiser with the exact Hessian ends (Goodwin 2D: on a bound, through
-    the active-set Newton path)."""
+    the active-set Newton path). The one exact Hessian is the identifiability check's at the
+    estimate, which the standard errors reuse."""
     from pymc_wendy.estimators import _newton as estimators
     from pymc_wendy.weak import kernels
 
@@ -402,7 +403,12 @@ def test_mle_with_the_newton_model_reaches_the_exact_newton_optimum(monkeypatch,
     trace_terms = kernels._trace_terms
     monkeypatch.setattr(kernels, "_trace_terms", lambda *a: calls.append(1) or trace_terms(*a))
     fast = pw.fit(prob.model, data.t, data.U, noise=prob.noise, p0=p0, bounds=prob.bounds)
-    assert fast.success and not calls
+    assert fast.success and fast.identifiability.hessian_definite
+    n_check = len(calls)
+    fast.likelihood.hessian(fast.x)
+    assert 0 < n_check == len(calls) - n_check  # one exact Hessian, at the estimate
+    n_check = len(calls)
+    assert np.all(fast.stderr > 0) and len(calls) == n_check  # reused by the intervals
 
     class Exact(estimators._NewtonModel):
         def hess(self, p, exact=True):

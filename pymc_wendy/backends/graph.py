@@ -244,7 +244,7 @@ def plain_weak_nll(
     L = L4.reshape((n, D * M1))
     s2 = (1.0 - lik.ridge) * sigma2
     s2_cols = pt.repeat(s2, M1)  # column (e, m) -> s2[e]
-    S = pt.dot(L * s2_cols[None, :], L.T) + lik.ridge * pt.eye(n)
+    S = pt.dot(L * s2_cols[None, :], L.T) + lik.ridge_diag * pt.eye(n)
     C = pt.linalg.cholesky(S, lower=True)
     z = pt.linalg.solve_triangular(C, r, lower=True, b_ndim=1)
     logdet = 2.0 * pt.sum(pt.log(pt.diagonal(C)))

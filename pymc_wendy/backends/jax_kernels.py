@@ -122,7 +122,7 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
     L_data = jnp.asarray(
         np.eye(D)[:, None, :, None] * np.asarray(lik.dphi)[None, :, None, :], dtype=jnp.float64
     )
-    ridge_eye = ridge * jnp.eye(n)
+    ridge_eye = float(lik.ridge_diag) * jnp.eye(n)
     const = n * _LOG_2PI
     corr = lik.correction  # bias-corrected objective: quadratic form minus a linear tilt
     if corr is not None:

@@ -121,7 +121,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
     derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances. The
     covariance is ``S = scale * L diag(s2raw) L^T + diag * I`` (``scale = 1 - ridge``,
-    ``diag = ridge`` for the model; other values for the tempering ladder's relaxed rungs).
+    ``diag = ridge_diag`` for the model; other values for the tempering ladder's relaxed rungs).
     """
     K, M1 = phi.shape
     D = F.shape[1]
@@ -477,7 +477,7 @@ def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[
     tilt = np.zeros(J) if logdet else np.asarray(corr.tilt, dtype=float)
     ref = np.zeros(J) if logdet else np.asarray(corr.reference, dtype=float)
     offset = 0.0 if logdet else float(corr.offset)
-    scalars = np.array([float(lik.ridge), float(relax_scale), offset])
+    scalars = np.array([float(lik.ridge), float(relax_scale), offset, float(lik.ridge_diag)])
     form = lik.compiled_linear_form(per_state=infer_sigma)
     if form is not None:
         kind = "linear"
@@ -632,12 +632,12 @@ def _linear_kernel(infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable
         bd, bd2 = _unpack_index(buf, o, 3), _unpack_index(buf, o, 4)
         r0, G = _unpack1(buf, o, 5), _unpack2(buf, o, 6)
         tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
-        ridge, c, offset = scalars[0], scalars[1], scalars[2]
+        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
         p = np.ascontiguousarray(p)
         keep = 1.0 - alpha
         scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
         w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
-        diag = keep * ridge + alpha * c
+        diag = keep * ridge_diag + alpha * c
         nll, gp, gw = linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, want_grad, logdet)
         if not logdet:
             nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
@@ -657,7 +657,7 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         phi, dphi, b = _unpack2(buf, o, 2), _unpack2(buf, o, 3), _unpack2(buf, o, 4)
         fixed_s2, tilt, ref = _unpack1(buf, o, 5), _unpack1(buf, o, 6), _unpack1(buf, o, 7)
         scalars = _unpack1(buf, o, 8)
-        ridge, c, offset = scalars[0], scalars[1], scalars[2]
+        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
         p = np.ascontiguousarray(p)
         M1, D, J = t.size, X.shape[1], p.size
         F = f(t, X, p, np.zeros((M1, D)))
@@ -671,7 +671,7 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
         keep = 1.0 - alpha
         scale = keep * (1.0 - ridge)
-        diag = keep * ridge + alpha * c
+        diag = keep * ridge_diag + alpha * c
         nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, diag, want_grad, logdet)
         if not logdet:
             nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
@@ -695,7 +695,7 @@ def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> 
         ops, OX, Psi = _unpack3(buf, o, 3), _unpack3(buf, o, 4), _unpack2(buf, o, 5)
         fixed_s2, tilt, ref = _unpack1(buf, o, 6), _unpack1(buf, o, 7), _unpack1(buf, o, 8)
         scalars = _unpack1(buf, o, 9)
-        ridge, c, offset = scalars[0], scalars[1], scalars[2]
+        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
         p = np.ascontiguousarray(p)
         M1, D, J = t.size, X.shape[1], p.size
         zt, zu = np.zeros(1), np.zeros((1, 0))
@@ -716,7 +716,7 @@ def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> 
         s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
         keep = 1.0 - alpha
         scale = keep * (1.0 - ridge)
-        diag = keep * ridge + alpha * c
+        diag = keep * ridge_diag + alpha * c
         nll, gp, gs = operator(
             phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, scale, diag, want_grad,
             logdet,

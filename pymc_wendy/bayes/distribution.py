@@ -40,7 +40,7 @@ from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
-from pymc_wendy.weak.likelihood import Noise, WeakLikelihood
+from pymc_wendy.weak.likelihood import Noise, ShortSeriesWarning, WeakLikelihood
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
@@ -148,10 +148,13 @@ class WeakODELikelihood(Distribution):
         The ODE ``du/dt = f(t, u, p)``.
     params : tensor of shape (J,) or sequence of J scalars
         The parameters, in the order of ``ode.params`` (random variables, or constants).
-    t : array, shape (M+1,)
-        Strictly increasing sample times.
-    observed : array, shape (M+1, D)
-        The data (required: the likelihood is built from them).
+    t : array, shape (M+1,), optional
+        Strictly increasing sample times (numbers, datetimes or durations); optional when
+        ``observed`` carries them (a DataFrame's index, a DataArray's time coordinate).
+    observed : array, shape (M+1, D), DataFrame, DataArray or masked array
+        The data (required: the likelihood is built from them). Labelled columns or dims are
+        matched to the model's states by name; time points with missing (NaN or masked)
+        entries are left out, so the observed variable holds the kept rows.
     sigma : None, float, array of shape (D,), or tensor
         Noise standard deviation per state (of ``log U`` for log-normal noise).
         ``None``: estimated once from the data (WENDy) and then treated as known.
@@ -169,7 +172,7 @@ class WeakODELikelihood(Distribution):
         model of order > 1 the states and their derivatives (``ode.companion_states``).
     inputs : mapping, optional
         Values of the model's known inputs (see :class:`pymc_wendy.WeakLikelihood`).
-    test_functions, ridge, linear, max_precompute_bytes
+    test_functions, ridge, linear, max_precompute_bytes, time_unit
         Passed to :class:`pymc_wendy.WeakLikelihood`.
     solver : dict, optional
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
@@ -193,7 +196,7 @@ class WeakODELikelihood(Distribution):
         *,
         ode: ODEModel,
         params,
-        t,
+        t=None,
         observed=None,
         sigma=None,
         noise: Noise = "normal",
@@ -205,6 +208,7 @@ class WeakODELikelihood(Distribution):
         solver: Mapping | None = None,
         bias_correction=None,
         inputs=None,
+        time_unit: str | None = None,
         **kwargs,
     ):
         if observed is None:
@@ -220,9 +224,15 @@ class WeakODELikelihood(Distribution):
                     "is created"
                 )
             observed = observed.data
+        if isinstance(observed, list | tuple) and any(np.ndim(x) >= 2 for x in observed):
+            raise ValueError(
+                f"observed is a list of {len(observed)} data sets: give each experiment its own "
+                "WeakODELikelihood term (with its own t; the terms share params), as in "
+                "docs/experiments.md"
+            )
         likelihood = _likelihood(
             ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes,
-            inputs,
+            inputs, time_unit,
         )  # fmt: skip
         if bias_correction is not None:
             if _is_symbolic(sigma):
@@ -307,7 +317,9 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
     return weak_loglik(lik, p, sigma if op.infer_sigma else None)
 
 
-def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs):
+def _likelihood(
+    ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs, time_unit=None
+):
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
     residual = isinstance(sigma, str)
@@ -319,10 +331,13 @@ def _likelihood(ode, t, observed, sigma, noise, test_functions, ridge, linear, b
     def build(s):
         return WeakLikelihood(
             ode, t, observed, noise=noise, sigma=s, test_functions=test_functions, ridge=ridge,
-            linear=linear, max_precompute_bytes=budget, inputs=inputs,
+            linear=linear, max_precompute_bytes=budget, inputs=inputs, time_unit=time_unit,
         )  # fmt: skip
 
-    lik = build(None if _is_symbolic(sigma) or residual else sigma)
+    with warnings.catch_warnings():
+        if _is_symbolic(sigma) or residual:  # the filter's estimate is only a start here
+            warnings.simplefilter("ignore", ShortSeriesWarning)
+        lik = build(None if _is_symbolic(sigma) or residual else sigma)
     if residual:  # the noise of the forward residuals at the WENDy-MLE (fit(sigma="residual"))
         from pymc_wendy.estimators import fit
         from pymc_wendy.estimators.output_error import residual_noise

@@ -36,6 +36,7 @@ particles at a variable's ``initval``, which would collapse its population.
 
 from __future__ import annotations
 
+import numbers
 import os
 
 import arviz as az
@@ -183,7 +184,7 @@ def sample(
     Parameters
     ----------
     draws : int
-        Draws per chain after tuning.
+        Draws per chain after tuning (``>= 0``).
     model : pm.Model, optional
         Defaults to the model on the context stack.
     initvals : dict, optional
@@ -203,15 +204,25 @@ def sample(
         Everything else goes to :func:`pymc.sample` (``tune``, ``chains``, ``cores``,
         ``nuts_sampler``, ``random_seed``, ``target_accept``, ...). ``cores`` defaults to the
         CPUs this process may use, at most 4 (PyMC's default counts physical cores only).
+        ``tune`` must be an integer ``>= 0``, ``chains`` and ``cores`` integers ``>= 1`` (or
+        None for PyMC's defaults).
 
     Returns
     -------
     xarray.DataTree
         The ArviZ result of :func:`pymc.sample`. A whitened run's ``posterior.attrs`` has
         ``whitened = 1``.
+
+    Raises
+    ------
+    ValueError
+        A bad ``whiten`` or count (``draws``, ``tune``, ``chains``, ``cores``), before
+        anything is fitted or compiled; ``whiten=True`` where the Hessian at the mode is not
+        positive definite.
     """
     if whiten not in (True, False, "auto"):
         raise ValueError(f"whiten must be True, False or 'auto'; got {whiten!r}")
+    _check_sample_counts(draws, kwargs)
     model = pm.modelcontext(model)
     kwargs.setdefault("cores", min(4, _usable_cpus()))
     start = {**initial_values(model), **(initvals or {})}
@@ -245,6 +256,30 @@ def sample(
         idata = to_model_trace(idata, model, log_likelihood=log_likelihood)
         idata.posterior.attrs["whitened"] = 1
     return idata
+
+
+def check_count(value, name: str, minimum: int, *, allow_none: bool = False) -> int | None:
+    """``value`` as an int ``>= minimum`` (or None if ``allow_none``), else a ValueError
+    naming ``name``: a bad count must fail here, not as a ZeroDivisionError or OverflowError
+    from inside PyMC or nutpie after the model is compiled."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        also = " or None" if allow_none else ""
+        raise ValueError(f"{name} must be an integer{also}; got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value!r}")
+    return int(value)
+
+
+def _check_sample_counts(draws, kwargs: dict) -> None:
+    """The counts of :func:`sample` (``draws`` and those among ``kwargs``) before any work."""
+    check_count(draws, "draws", 0)
+    if "tune" in kwargs:
+        check_count(kwargs["tune"], "tune", 0)
+    for name in ("chains", "cores"):
+        if name in kwargs:  # None: PyMC's default
+            check_count(kwargs[name], name, 1, allow_none=True)
 
 
 #: ``pw.sample``'s default tuning iterations per chain when it whitens (PyMC's: 1000)

@@ -12,13 +12,14 @@ import numpy as np
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
 from pymc_wendy.estimators._problem import prepare
+from pymc_wendy.estimators.identifiability import assess
 from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
-from pymc_wendy.weak.likelihood import Noise, WeakLikelihood
+from pymc_wendy.weak.likelihood import Noise, ShortSeriesWarning, WeakLikelihood
 from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["fit"]
@@ -45,6 +46,7 @@ def fit(
     options: Mapping | None = None,
     bias_correction: str | None = None,
     inputs=None,
+    time_unit: str | None = None,
 ) -> FitResult:
     """Estimate the parameters of an ODE from noisy data.
 
@@ -53,11 +55,17 @@ def fit(
     model : ODEModel, WeakLikelihood or JointLikelihood
         The ODE, or a ready weak likelihood of one or several experiments (then ``t``,
         ``U``, ``noise``, ``sigma``, ``test_functions`` and ``ridge`` come from it).
-    t : array, shape (M+1,), or list of arrays
+    t : array, shape (M+1,), or list of arrays, optional
         Strictly increasing observation times; for several experiments sharing the
         parameters, a list with one time array per experiment (each its own grid).
-    U : array, shape (M+1, D), or list of arrays
+        Datetimes and durations are counted from the first time point in ``time_unit``.
+        Optional when ``U`` carries its times (a DataFrame's index, a DataArray's time
+        coordinate).
+    U : array, shape (M+1, D), DataFrame, DataArray, masked array, or list of them
         Observations; a list ``[U1, U2, ...]`` matching ``t`` for several experiments.
+        Labelled columns (DataFrame) and dims (DataArray) are matched to the model's states
+        by name. NaN or masked entries are missing: their time points are left out
+        (:func:`pymc_wendy.model.data.as_data`, ``docs/data.md``).
         Their weak residuals are independent, so the objective is the sum of the
         experiments' (:class:`~pymc_wendy.weak.joint.JointLikelihood`;
         ``docs/experiments.md``).
@@ -70,14 +78,15 @@ def fit(
         otherwise the centre of ``bounds`` refined by weak least squares (a nonlinear model
         needs ``p0`` or ``bounds``).
     bounds : sequence of (lower, upper) or scipy.optimize.Bounds, optional
-        Box constraints on ``p`` (``"mle"``, ``"oels"``, ``"hybrid"``, ``"wls"``, and the
-        inner solves of ``"irls"`` for nonlinear-in-parameters models; IRLS's closed-form
-        steps for linear models are unconstrained) and the box multi-start points are drawn
-        from.
+        Box constraints on ``p``, respected by every method (IRLS's steps for models
+        linear in the parameters are then bounded linear least squares on the whitened
+        system); either side may be infinite (``(0, np.inf)``). Also the box multi-start
+        points are drawn from.
     noise : {"normal", "lognormal"}
         Additive Gaussian or multiplicative log-normal noise.
     sigma : float, array (D,) or "residual", optional
-        Noise standard deviation per state (of ``log U`` for log-normal noise); estimated
+        Noise standard deviation per state (of ``log U`` for log-normal noise), finite and
+        > 0 (zero, negative or NaN is a ValueError); estimated
         from the data with the high-order filter when omitted. For several experiments, a
         scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
         ``"residual"`` (one experiment): fit with the filter's estimate, estimate the noise
@@ -95,7 +104,8 @@ def fit(
         See :class:`WeakLikelihood`. For several experiments, a dict of options for all, or
         a list with one entry per experiment.
     ridge : float
-        Covariance relaxation ``S <- (1 - ridge) S + ridge I`` (IRLS's ``alpha``).
+        Covariance relaxation ``S <- (1 - ridge) S + ridge c I`` (IRLS's ``alpha``), relative
+        to the size ``c`` of ``S`` (:class:`~pymc_wendy.weak.likelihood.WeakLikelihood`).
     n_starts : int
         ``"mle"``/``"hybrid"``: number of starting points; the first is ``p0`` (or its
         default), the others are drawn uniformly in ``bounds`` with ``seed``. The lowest
@@ -124,12 +134,20 @@ def fit(
         Values of the model's known inputs (``ODEModel(..., inputs=[...])``): names to
         :class:`~pymc_wendy.model.inputs.Input` objects, callables or arrays on ``t``; a list of
         mappings for several experiments. See ``docs/higher_order.md``.
+    time_unit : str, optional
+        Unit of a datetime or duration time axis: ``"s"``, ``"m"`` (minutes), ``"h"``,
+        ``"D"`` (default for datetimes), ``"W"``, ... (seconds by default for durations). The
+        parameters are per that unit.
 
     Returns
     -------
     FitResult
         Estimate, covariances, intervals, status. An estimator that did not converge sets
-        ``success=False`` and issues a :class:`FitWarning`.
+        ``success=False`` and issues a :class:`FitWarning`; so does a fit whose parameters
+        the data do not determine (fewer residuals than parameters, a rank-deficient
+        residual Jacobian, or for ``"mle"`` a Hessian that is not positive definite at the
+        estimate: :mod:`pymc_wendy.estimators.identifiability`), whose message then names
+        the parameters and whose covariances and intervals are NaN.
 
     Examples
     --------
@@ -141,12 +159,14 @@ def fit(
     """
     start_time = time.perf_counter()
     estimator = registry.get(method)
+    _check_sigma(model, sigma)
     if isinstance(sigma, str):
         return _fit_residual_noise(
             estimator, model, t, U, sigma, dict(
                 p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
                 ridge=ridge, n_starts=n_starts, seed=seed, executor=executor, solver=solver,
                 options=options, bias_correction=bias_correction, inputs=inputs,
+                time_unit=time_unit,
             ), start_time,
         )  # fmt: skip
     correction = bias.resolve(bias_correction)
@@ -167,7 +187,7 @@ def fit(
         estimator, model, t, U, p0=p0, bounds=bounds, noise=noise, sigma=sigma, u0=u0,
         test_functions=test_functions, ridge=ridge, n_starts=n_starts, seed=seed,
         executor=executor, solver=solver, options=options, bias_correction=correction,
-        inputs=inputs,
+        inputs=inputs, time_unit=time_unit,
     )  # fmt: skip
     if estimator.needs_start and problem.start is None:
         problem.start = default_start(
@@ -176,10 +196,39 @@ def fit(
             problem.bounds,
         )
     res = estimator.run(problem)
+    assess(res, problem.bounds)
     res.wall_time = time.perf_counter() - start_time
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
     return res
+
+
+def _check_sigma(model, sigma) -> None:
+    """A given noise level must be finite and positive: ``sigma=0`` claims noise-free data,
+    and the covariances would then be of the order of the ridge (standard errors ~1e-7)."""
+    if isinstance(model, Likelihood):
+        values = [np.asarray(model.sigma, dtype=float)]
+        where = f"the {type(model).__name__}'s sigma"
+    elif sigma is None or isinstance(sigma, str):  # estimated, or "residual" (checked later)
+        return
+    else:
+        where = "sigma"
+        entries = list(sigma) if isinstance(sigma, list | tuple) else [sigma]
+        try:
+            values = [np.asarray(s, dtype=float) for s in entries if s is not None]
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"sigma must be a number, an array (one per state), a list with one entry "
+                f"per experiment, None or 'residual'; got {sigma!r}"
+            ) from None
+    for v in values:
+        if not np.all(np.isfinite(v)) or np.any(v <= 0):
+            raise ValueError(
+                f"{where} (the noise standard deviation) must be finite and > 0; got "
+                f"{v.tolist()}. Zero noise leaves nothing to estimate an uncertainty from "
+                "(standard errors would be of the order of the ridge): omit sigma to "
+                "estimate it from the data"
+            )
 
 
 def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_time) -> FitResult:
@@ -189,7 +238,9 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
         raise ValueError(f"sigma must be a number, an array, None or 'residual'; got {sigma!r}")
     if not isinstance(model, ODEModel) or isinstance(t, list | tuple):
         raise ValueError("sigma='residual' needs an ODEModel and the data of one experiment (t, U)")
-    first = fit(model, t, U, estimator.name, sigma=None, **kwargs)
+    with warnings.catch_warnings():  # the filter's estimate is only the first step here
+        warnings.simplefilter("ignore", ShortSeriesWarning)
+        first = fit(model, t, U, estimator.name, sigma=None, **kwargs)
     # output error has its own initial state; the weak-form estimators leave it free, and it
     # is fitted to all the data
     u0 = first.u0

@@ -16,6 +16,7 @@ import numpy as np
 from scipy import linalg as sla
 from scipy import optimize
 
+from pymc_wendy.estimators._bounds import margin
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.protocol import Likelihood
 
@@ -122,9 +123,9 @@ def _free_set(x, grad, bounds) -> np.ndarray:
     free = np.ones(x.size, dtype=bool)
     if bounds is not None:
         lo, hi = bounds
-        span = hi - lo
-        free &= ~((x <= lo + 1e-8 * span) & (grad > 0))
-        free &= ~((x >= hi - 1e-8 * span) & (grad < 0))
+        near = margin(x, lo, hi, 1e-8)  # finite for one-sided bounds
+        free &= ~((x <= lo + near) & (grad > 0))
+        free &= ~((x >= hi - near) & (grad < 0))
     return free
 
 

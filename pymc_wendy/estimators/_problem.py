@@ -15,6 +15,7 @@ from scipy import optimize
 
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
+from pymc_wendy.model.data import as_data
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.joint import JointLikelihood
@@ -99,7 +100,7 @@ class FitProblem:
 
 def prepare(
     estimator: Estimator, model, t, U, *, p0, bounds, noise, sigma, u0, test_functions, ridge,
-    n_starts, seed, executor, solver, options, bias_correction, inputs=None,
+    n_starts, seed, executor, solver, options, bias_correction, inputs=None, time_unit=None,
 ) -> FitProblem:  # fmt: skip
     """Validate ``fit``'s inputs for ``estimator`` and build its :class:`FitProblem`."""
     options = dict(options or {})
@@ -115,24 +116,10 @@ def prepare(
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
         lik = None
-        if _several(t, U):
-            E = len(t)
-            sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
-            parts = [_checked_data(model, t[e], U[e], noise, sigmas[e]) for e in range(E)]
-            t_, U_ = tuple(p[0] for p in parts), tuple(p[1] for p in parts)
-            s, s_est = np.array([p[2] for p in parts]), any(p[3] for p in parts)
-            forcing = _per_experiment(
-                inputs, E, "inputs", lambda v: not isinstance(v, list | tuple)
-            )
-            inputs_ = tuple(
-                as_inputs(model.inputs, w, te) for w, te in zip(forcing, t_, strict=True)
-            )
-        else:
-            t_, U_, s, s_est = _checked_data(model, t, U, noise, sigma)
-            inputs_ = as_inputs(model.inputs, inputs, t_)
+        t_, U_, s, s_est, inputs_ = _data_only(model, t, U, noise, sigma, inputs, time_unit)
         base = model
     else:
-        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs)
+        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs, time_unit)
         base, t_, U_ = lik.base_model, lik.t, lik.U
         s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
         liks = lik.experiments if lik.experiments != (lik,) else None
@@ -160,6 +147,26 @@ def prepare(
         solver=solver,
         bias_correction=bias_correction,
         inputs=inputs_,
+    )
+
+
+def _data_only(model: ODEModel, t, U, noise, sigma, inputs, time_unit):
+    """``(t, U, sigma, sigma_estimated, inputs)`` for estimators without a weak likelihood;
+    tuples (and an (E, D) ``sigma``) for several experiments."""
+    t = _times_for(t, U)
+    if not _several(t, U):
+        t_, U_, s, s_est, t_given = _checked_data(model, t, U, noise, sigma, time_unit)
+        return t_, U_, s, s_est, as_inputs(model.inputs, inputs, t_given)
+    E = len(t)
+    sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
+    parts = [_checked_data(model, t[e], U[e], noise, sigmas[e], time_unit) for e in range(E)]
+    forcing = _per_experiment(inputs, E, "inputs", lambda v: not isinstance(v, list | tuple))
+    return (
+        tuple(p[0] for p in parts),
+        tuple(p[1] for p in parts),
+        np.array([p[2] for p in parts]),
+        any(p[3] for p in parts),
+        tuple(as_inputs(model.inputs, w, p[4]) for w, p in zip(forcing, parts, strict=True)),
     )
 
 
@@ -234,11 +241,12 @@ def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
     return p
 
 
-def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None):
+def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None, time_unit=None):
     if isinstance(model, Likelihood):
         if t is not None or U is not None:
             raise ValueError("pass either a likelihood, or a model with t and U; not both")
         given = {"noise": noise != "normal", "sigma": sigma is not None, "inputs": bool(inputs)}
+        given |= {"time_unit": time_unit is not None}
         given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
         clash = [k for k, v in given.items() if v]
         if clash:
@@ -251,10 +259,13 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None
             "model must be an ODEModel or a WeakLikelihood (or JointLikelihood); "
             f"got {type(model)!r}"
         )
-    if t is None or U is None:
-        raise ValueError("t and U are required with an ODEModel")
+    if U is None:
+        raise ValueError("U is required with an ODEModel (and t, unless U carries the times)")
+    t = _times_for(t, U)
     if _several(t, U):
-        return _joint_likelihood(model, t, U, noise, sigma, test_functions, ridge, inputs)
+        return _joint_likelihood(
+            model, t, U, noise, sigma, test_functions, ridge, inputs, time_unit
+        )
     return WeakLikelihood(
         model,
         t,
@@ -264,12 +275,20 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None
         test_functions=test_functions,
         ridge=ridge,
         inputs=inputs,
+        time_unit=time_unit,
     )
+
+
+def _times_for(t, U):
+    """``t``, or one None per experiment when several labelled data sets carry their times."""
+    if t is None and isinstance(U, list | tuple) and len(U) and all(np.ndim(x) >= 2 for x in U):
+        return [None] * len(U)
+    return t
 
 
 def _several(t, U) -> bool:
     """Whether ``t`` and ``U`` are lists of experiments (``[t1, t2]``, ``[U1, U2]``)."""
-    many_t = isinstance(t, list | tuple) and any(np.ndim(x) >= 1 for x in t)
+    many_t = isinstance(t, list | tuple) and any(x is None or np.ndim(x) >= 1 for x in t)
     many_U = isinstance(U, list | tuple) and len(U) > 0 and all(np.ndim(x) >= 2 for x in U)
     if many_t != many_U:
         raise ValueError(
@@ -307,7 +326,7 @@ def _is_one_test_function_spec(v) -> bool:
 
 
 def _joint_likelihood(
-    model, t, U, noise, sigma, test_functions, ridge, inputs=None
+    model, t, U, noise, sigma, test_functions, ridge, inputs=None, time_unit=None
 ) -> JointLikelihood:
     E = len(t)
     sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
@@ -326,6 +345,7 @@ def _joint_likelihood(
                     test_functions=specs[i],
                     ridge=ridge,
                     inputs=forcing[i],
+                    time_unit=time_unit,
                 )
             )
         except (ValueError, TypeError) as exc:
@@ -333,17 +353,19 @@ def _joint_likelihood(
     return JointLikelihood(experiments)
 
 
-def _checked_data(model: ODEModel, t, U, noise, sigma):
-    """Validated data and noise level for estimators that need no weak likelihood."""
+def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None):
+    """Validated data, noise level and all given times, for estimators that need no weak
+    likelihood."""
     if noise not in ("normal", "lognormal"):
         raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
-    t, U = check_data(t, U, model.n_states)
+    data = as_data(t, U, model.states, time_unit=time_unit)
+    t, U = check_data(data.t, data.U, model.n_states)
     if noise == "lognormal":
         check_positive_data(t, U, model.states)
     Z = np.log(U) if noise == "lognormal" else U
     if sigma is None:
-        return t, U, estimate_noise(Z), True
+        return t, U, estimate_noise(Z), True, data.t_given
     s = np.broadcast_to(np.asarray(sigma, dtype=float), (model.n_states,)).copy()
     if not np.all(np.isfinite(s)) or np.any(s <= 0):
         raise ValueError(f"sigma must be finite and positive; got {s}")
-    return t, U, s, False
+    return t, U, s, False, data.t_given

@@ -83,7 +83,10 @@ Result
 ``g = sum_kj (log v_kj + r_kj^2 / v_kj)`` (``-2 log L`` up to a constant) at the end,
 ``covariance_kind="deq"``: ``(J_w^T J_w)^{-1}`` (``p`` block) with ``J_w`` the weighted
 residual Jacobian at the final weights (the variances held fixed; not rescaled, since the
-weights already standardise the residuals). ``history`` holds:
+weights already standardise the residuals); NaN, with ``success=False`` and the parameters
+named in the message, when ``J_w`` is rank deficient (``FitResult.identifiability``, whose
+test is :func:`~pymc_wendy.estimators.identifiability.jacobian_identifiability`).
+``history`` holds:
 
 ``"discretization_variance"``
     (K, D) ``sigma_kj^2`` at the estimate (NaN for unobserved states): the final variance
@@ -119,11 +122,14 @@ from collections.abc import Mapping
 import numpy as np
 from scipy import optimize, stats
 
+from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.estimators._problem import FitProblem
+from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.output_error import fit_initial_state, local_quadratic_start
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.weak import kernels
 
 __all__ = ["SCHEMES", "discrete_solution", "plot_discretization_error", "profile_intervals"]
 
@@ -431,7 +437,6 @@ class _Irls:
         return np.full(self.Z.shape, _FAILED_RESIDUAL**2) if out is None else out[0] ** 2
 
     def weighted_fit(self, theta, v, free):
-        """Minimise ``sum r^2 / v`` over ``theta[free]`` from ``theta`` (3.11)."""
         sw = 1.0 / np.sqrt(v)
         idx = np.flatnonzero(free)
         base = theta.copy()
@@ -469,21 +474,31 @@ class _Irls:
             bounds=optimize.Bounds(lo, hi) if bounded else None,
             options={"maxiter": self.max_nfev},
         )  # fmt: skip
-        z1 = qn.x if np.isfinite(qn.fun) and qn.fun <= fun_grad(z0)[0] else z0
+        better = np.isfinite(qn.fun) and qn.fun <= fun_grad(z0)[0]
+        z1 = qn.x if better and np.all(np.isfinite(qn.x)) else z0
         # then a trust-region polish with the exact Jacobian: BFGS's gradient tolerance
         # leaves the minimiser loose; Gauss-Newton from inside the basin converges fast.
-        finite = np.isfinite(lo) & np.isfinite(hi)
-        width = np.where(finite, hi - lo, 1.0)
-        z1 = np.clip(z1, lo + 1e-9 * width, hi - 1e-9 * width)  # trf: strictly feasible
+        z1 = strictly_inside(z1, lo, hi)  # trf: strictly feasible
         sol = optimize.least_squares(
             res, z1, jac=jac, bounds=(lo, hi), method="trf", x_scale="jac",
             max_nfev=self.max_nfev,
         )  # fmt: skip
+        if not np.all(np.isfinite(sol.x)):
+            # from a point where the scheme blows up (zero Jacobian) trf can step to NaN;
+            # stay put, so that the caller sees no progress rather than a NaN estimate
+            sol.x, sol.success = z1, False
         return full(sol.x), sol
 
     def run(self, theta0, free, update_variance=True, v0=None):
         """Alternate (3.10) and (3.11) from ``theta0``; the final variances are updated at the
         returned ``theta`` (so ``g`` is the profile over the variances there)."""
+        # trial points where the scheme nearly blows up overflow in the squares and the
+        # optimisers' algebra; the outcome is judged by its residuals, so these floating-point
+        # warnings are noise
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return self._run(theta0, free, update_variance, v0)
+
+    def _run(self, theta0, free, update_variance, v0):
         theta = theta0.copy()
         path, objective, nfev = [theta.copy()], [], []
         converged = False
@@ -613,9 +628,16 @@ def _history(out, model, t) -> dict:
         resid[:, mask] = -res[0]  # data minus solution
         var[:, mask] = v - out["gamma"][mask] ** 2
         w[:, mask] = 1.0 / v
-        Jw = (res[1][:, :, free] / np.sqrt(v)[:, :, None]).reshape(-1, n_free)
-        cov = np.linalg.pinv(Jw.T @ Jw)
     names = list(model.params) + [f"{s}(t0)" for s in model.states]
+    free_names = [n for n, keep in zip(names, free, strict=True) if keep]
+    ident = None
+    if not failed:
+        Jw = (res[1][:, :, free] / np.sqrt(v)[:, :, None]).reshape(-1, n_free)
+        # a pseudo-inverse would give zero variance along a direction the data do not
+        # see (a zero-width interval); a rank-deficient Jacobian gives NaN instead
+        ident = jacobian_identifiability(Jw, free_names, "weighted residuals")
+        if ident.identifiable:
+            cov = kernels.gls_covariance(Jw)
     return {
         "discretization_variance": var,
         "discretization_sd": np.sqrt(var),
@@ -623,7 +645,7 @@ def _history(out, model, t) -> dict:
         "residuals": resid,
         "gamma": out["gamma"],
         "theta": theta[free] if opts["fit_u0"] else theta[:J],
-        "theta_names": [n for n, keep in zip(names, free, strict=True) if keep],
+        "theta_names": free_names,
         "theta_covariance": cov,
         "starts": out["starts"],
         "iterations": {"theta": out["path"], "objective": out["objective"], "nfev": out["nfev"]},
@@ -642,6 +664,7 @@ def _history(out, model, t) -> dict:
             "bounds": None if not np.any(np.isfinite(irls.lo)) else (irls.lo[:J], irls.hi[:J]),
         },
         "_failed": failed,
+        "_identifiability": ident,
     }
 
 
@@ -657,6 +680,7 @@ def run(problem: FitProblem) -> FitResult:
     )  # fmt: skip
     hist = _history(out, model, t)
     failed = hist.pop("_failed")
+    ident = hist.pop("_identifiability")
     J = model.n_params
     theta = out["theta"]
     opts = out["opts"]
@@ -689,6 +713,7 @@ def run(problem: FitProblem) -> FitResult:
         covariances={"deq": cov},
         u0=theta[J:].copy(),
         history=hist,
+        identifiability=ident,
         **problem.common(),
     )
     if opts["profile_ci"] and not failed:

@@ -71,6 +71,8 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> Fi
         u0=oe.u0 if keep_oe else None,
         history={"mle": mle, "oels": oe},
         covariances=dict(oe.covariances) if keep_oe else {},
+        # output error's own rank test; the MLE's is made by fit on this result
+        identifiability=oe.identifiability if keep_oe else None,
         **common,
     )
 

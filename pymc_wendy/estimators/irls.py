@@ -4,7 +4,10 @@ Generalised least squares with the weight ``S(p_prev)^{-1}`` updated each iterat
 stopping on a fixed point, an iteration cap, or a failed Shapiro-Wilk test of the whitened
 residual after ``sw_start`` iterations (then the iterate with the largest p-value is
 returned). Models nonlinear in the parameters solve a weighted nonlinear least-squares
-problem per iteration.
+problem per iteration. With ``bounds`` every step stays in the box: for models linear in the
+parameters each step is bounded linear least squares on the whitened system
+(``scipy.optimize.lsq_linear``), so the fixed point is the bounded GLS estimate (the closed
+form clipped afterwards would not be).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import numpy as np
 from scipy import linalg as sla
 from scipy import optimize, stats
 
+from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
@@ -25,16 +29,27 @@ _DEFAULTS = {"max_iter": 100, "tol": 1e-6, "sw_tol": 1e-4, "sw_start": 10}
 
 
 def _gls_step(lik: Likelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.ndarray:
-    """``argmin_q |C^{-1} r(q)|^2`` from ``p``: closed form when linear in the parameters,
-    else trust-region reflective least squares inside ``bounds``."""
+    """``argmin_q |C^{-1} r(q)|^2`` inside ``bounds`` from ``p``: linear least squares when
+    linear in the parameters (closed form, or ``lsq_linear`` on the whitened system with
+    bounds), else trust-region reflective least squares."""
 
     def whiten(v):
         return sla.solve_triangular(C, v, lower=True, check_finite=False)
 
     if lik.model.is_linear_in_params:
         G = lik.dr_dp(p)
-        r0 = lik.residual(p) - G @ p
-        return np.linalg.lstsq(whiten(G), -whiten(r0), rcond=None)[0]
+        A, b = whiten(G), -whiten(lik.residual(p) - G @ p)
+        # unit columns: lstsq's rank cut-off is relative to the largest singular value, so
+        # parameters of very different units would otherwise lose digits (issue 33)
+        scale = np.linalg.norm(A, axis=0)
+        scale[scale == 0] = 1.0
+        A = A / scale
+        if bounds is None:
+            return np.linalg.lstsq(A, b, rcond=None)[0] / scale
+        # the fixed point of bounded GLS steps is the bounded IRLS estimate; an unbounded
+        # closed form clipped afterwards would not be (nor a minimum of anything)
+        box = (bounds[0] * scale, bounds[1] * scale)
+        return optimize.lsq_linear(A, b, bounds=box, method="bvls").x / scale
     n = lik.n_residuals
 
     def res(q):
@@ -51,10 +66,8 @@ def _gls_step(lik: Likelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.
 
     box = (-np.inf, np.inf)
     if bounds is not None:
-        lo, hi = bounds
-        width = hi - lo
-        p = np.clip(p, lo + 1e-9 * width, hi - 1e-9 * width)  # trf needs a strictly feasible start
-        box = (lo, hi)
+        p = strictly_inside(p, *bounds)  # trf needs a strictly feasible start
+        box = bounds
     return optimize.least_squares(res, p, jac=jac, bounds=box, method="trf", x_scale="jac").x
 
 
@@ -76,17 +89,23 @@ def run_irls(
             C = lik.covariance_factor(p)
             p_new = _gls_step(lik, C, p, bounds)
             w = sla.solve_triangular(C, lik.residual(p_new), lower=True, check_finite=False)
+            w_old = sla.solve_triangular(C, lik.residual(p), lower=True, check_finite=False)
         except (WeakLikelihoodError, np.linalg.LinAlgError) as exc:
             status, message = "failed", f"iteration {n}: {exc}"
             break
-        change = np.linalg.norm(p_new - p) / max(np.linalg.norm(p), np.finfo(float).tiny)
+        # the step measured by what it does to the whitened residual, relative to its size:
+        # unlike |dp| / |p| it does not depend on the units of the parameters (issue 33)
+        change = np.linalg.norm(w - w_old) / max(np.linalg.norm(w), np.finfo(float).tiny)
         p = p_new
         iterates.append(p)
         objective.append(0.5 * float(w @ w))
         pvalues.append(stats.shapiro(w).pvalue if n > opts["sw_start"] else np.nan)
         if change < opts["tol"]:
             status = "converged"
-            message = f"relative change {change:.2g} < tol = {opts['tol']:g} after {n} iterations"
+            message = (
+                f"relative change of the whitened residual {change:.2g} < tol = {opts['tol']:g} "
+                f"after {n} iterations"
+            )
             break
         if n > opts["sw_start"] and pvalues[-1] < opts["sw_tol"]:
             status = "normality"

@@ -80,7 +80,9 @@ import numpy as np
 from scipy import linalg, optimize
 from scipy.interpolate import BSpline, make_lsq_spline
 
+from pymc_wendy.estimators._bounds import check_closed_box
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
+from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import screened_start
@@ -336,6 +338,7 @@ def _nonlinear_start(problem: FitProblem, cond: _Conditions) -> np.ndarray:
             f"{problem.model.name} is nonlinear in its parameters: give p0, or bounds (then "
             "the orthogonality conditions are minimised from 17 points in them)"
         )
+    check_closed_box(problem.bounds, problem.model.params)
 
     def fit_from(s):
         p = _minimise(cond, s, problem.bounds, {"max_nfev": 50})[0]
@@ -400,6 +403,11 @@ def run(problem: FitProblem) -> FitResult:
     common = problem.common()
     common["sigma"] = np.asarray(sigma, dtype=float)
     lik = common["likelihood"]
+    # the sandwich's pseudo-inverse would give zero variance along a direction the
+    # conditions do not see: NaN there instead (fit turns success off)
+    ident = jacobian_identifiability(cond.jac(p), model.params, "orthogonality conditions")
+    J = model.n_params
+    cov = cond.covariance(p, sigma) if ident.identifiable else np.full((J, J), np.nan)
     return FitResult(
         x=p,
         method="oc",
@@ -414,7 +422,8 @@ def run(problem: FitProblem) -> FitResult:
         covariance_kind="oc",
         u0=u0,
         history=history,
-        covariances={"oc": cond.covariance(p, sigma)},
+        covariances={"oc": cov},
+        identifiability=ident,
         **common,
     )
 

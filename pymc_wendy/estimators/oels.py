@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
+from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.mle import wendy_mle
 from pymc_wendy.estimators.output_error import (
     DEFAULT_SOLVER,
@@ -26,6 +27,7 @@ from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import weak_least_squares
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
+from pymc_wendy.weak import kernels
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -122,13 +124,25 @@ def _given_initial_states(model, t, u0) -> np.ndarray:
     return u0
 
 
+def _initial_state_names(model, u0) -> list[str]:
+    """Names of the initial-state columns of the output-error Jacobian (a row of ``u0`` per
+    experiment)."""
+    states = list(model.companion_states)
+    if np.ndim(u0) == 1:
+        return [f"{s}(t0)" for s in states]
+    return [f"{s}(t0)[{e}]" for e in range(np.shape(u0)[0]) for s in states]
+
+
 def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
     """The :class:`FitResult` of an output-error fit ``oe`` (an :class:`OutputErrorFit`)."""
     J = model.n_params
-    if oe.solve_failed:  # no trajectory, so no Jacobian: nothing to say about uncertainty
-        cov = np.full((J, J), np.nan)
-    else:
-        cov = np.linalg.pinv(oe.jacobian.T @ oe.jacobian)[:J, :J]
+    cov, ident = np.full((J, J), np.nan), None
+    if not oe.solve_failed:  # else no trajectory, no Jacobian: nothing to say
+        # a pseudo-inverse would give zero variance along a direction the data do not see
+        names = [*model.params, *_initial_state_names(model, oe.u0)]
+        ident = jacobian_identifiability(oe.jacobian, names, "weighted state residuals")
+        if ident.identifiable:
+            cov = kernels.gls_covariance(oe.jacobian)[:J, :J]
     if sigma_est:  # scale by the reduced chi-square of the fit
         cov = cov * (2.0 * oe.cost / max(oe.n_residuals - oe.jacobian.shape[1], 1))
     lik = common["likelihood"]
@@ -150,6 +164,7 @@ def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
         u0=oe.u0,
         history={"n_failed_solves": oe.n_failed_solves},
         covariances={"oe": cov},
+        identifiability=ident,
         **common,
     )
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize
 
+from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
@@ -268,9 +269,7 @@ def output_error(
     hi = np.full(theta0.size, np.inf)
     if bounds is not None:
         lo[:J], hi[:J] = bounds
-        # trf needs a strictly feasible start
-        width = hi[:J] - lo[:J]
-        theta0[:J] = np.clip(theta0[:J], lo[:J] + 1e-9 * width, hi[:J] - 1e-9 * width)
+        theta0[:J] = strictly_inside(theta0[:J], lo[:J], hi[:J])  # trf: strictly feasible
     opts = {"method": "trf", "x_scale": "jac", "max_nfev": 200, **(options or {})}
     res = optimize.least_squares(prob.residual, theta0, jac=prob.jacobian, bounds=(lo, hi), **opts)
     resid, jac = prob._solve(res.x)

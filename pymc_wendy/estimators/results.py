@@ -35,6 +35,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats
 
+from pymc_wendy.estimators.identifiability import Identifiability
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.protocol import Likelihood
@@ -46,7 +47,8 @@ _WEAK_KINDS = ("sandwich", "gls", "hessian")
 
 
 class FitWarning(RuntimeWarning):
-    """An estimator stopped without meeting its convergence criteria."""
+    """An estimator stopped without meeting its convergence criteria, or the data do not
+    determine the parameters at its estimate (``FitResult.identifiability``)."""
 
 
 @dataclass(eq=False)
@@ -111,10 +113,12 @@ class FitResult:
     model : ODEModel
         The model that was fitted.
     success : bool
-        Whether the estimator met its convergence criteria.
+        Whether the estimator met its convergence criteria and the data determine the
+        parameters at the estimate (:attr:`identifiability`).
     status : str
         Short reason the estimator stopped (``"converged"``, ``"max_iter"``,
-        ``"normality"``, ``"fallback"``, ...). ``"failed"``: the estimator could not evaluate
+        ``"normality"``, ``"fallback"``, ``"unidentifiable"``, ``"indefinite_hessian"``,
+        ...). ``"failed"``: the estimator could not evaluate
         its objective at the point it returns (output error whose forward solves all
         failed); ``x`` is then where it stopped, and every covariance, standard error and
         interval is NaN.
@@ -161,6 +165,12 @@ class FitResult:
     inputs : dict or tuple of dict
         The model's known inputs (name to :class:`~pymc_wendy.model.inputs.Input`), a tuple of
         them for several experiments; empty for models without inputs.
+    identifiability : Identifiability or None
+        Whether the data determine the parameters at the estimate
+        (:mod:`pymc_wendy.estimators.identifiability`): the rank of the residual Jacobian
+        and, for the Hessian covariance, whether the Hessian is positive definite. When not,
+        ``success`` is False (status ``"unidentifiable"`` or ``"indefinite_hessian"``), the
+        message names the parameters, and the covariances and intervals are NaN.
     """
 
     x: np.ndarray
@@ -186,6 +196,7 @@ class FitResult:
     bias_correction: BiasCorrection | None = None
     inputs: dict | tuple = field(default=(), repr=False)
     covariances: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    identifiability: Identifiability | None = field(default=None, repr=False)
     _cov_cache: dict = field(default_factory=dict, repr=False)
 
     # --- identity ------------------------------------------------------------------------
@@ -226,15 +237,25 @@ class FitResult:
     def covariance(self, kind: CovarianceKind | None = None) -> np.ndarray:
         """Approximate covariance of the estimator, shape (J, J) (module docstring for kinds).
 
+        NaN for a failed fit, for one whose parameters the data do not determine
+        (:attr:`identifiability`), and for ``"hessian"`` where :func:`fit` found the Hessian
+        not positive definite: never a finite covariance for an ill-posed fit.
+
         Raises
         ------
         ValueError
             An unknown kind, or a weak-form kind for a pure output-error fit.
         WeakLikelihoodError
-            ``"hessian"`` where the Hessian is not positive definite (not a local minimum).
+            ``"hessian"`` where the Hessian is not positive definite (not a local minimum)
+            and the fit did not come through :func:`fit`'s check.
         """
         kind = self.covariance_kind if kind is None else kind
-        if self.status == "failed":
+        ident = self.identifiability
+        if (
+            self.status == "failed"
+            or (ident is not None and not ident.identifiable)
+            or (kind == "hessian" and ident is not None and ident.hessian_definite is False)
+        ):
             return np.full((self.x.size, self.x.size), np.nan)
         if kind in self._cov_cache:
             return self._cov_cache[kind].copy()

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import optimize, stats
 
+from pymc_wendy.estimators._bounds import check_closed_box
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
@@ -97,7 +98,8 @@ _SCREEN_STARTS = 16
 
 def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray:
     """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
-    least squares from the box's centre and a Sobol design in the box."""
+    least squares from the box's centre and a Sobol design in the box (a ValueError when
+    a bound is infinite: then ``p0`` is needed)."""
     if model.is_linear_in_params and lik is not None:
         p = weak_least_squares(lik)
         return p if bounds is None else np.clip(p, *bounds)
@@ -107,9 +109,10 @@ def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray
             "bounds (then the search starts from the best of weak least squares fits "
             "started in them)"
         )
+    check_closed_box(bounds, model.params)
     lo, hi = bounds
     centre = 0.5 * (lo + hi)
-    if lik is None or not np.all(np.isfinite(centre)):
+    if lik is None:
         return centre
 
     def fit_from(s):
@@ -123,7 +126,8 @@ def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray
 def screened_start(bounds, fit_from: Callable[[np.ndarray], tuple[np.ndarray, float]]):
     """The best of ``fit_from(s) -> (p, misfit)`` over the box's centre and a scrambled Sobol
     design of ``_SCREEN_STARTS`` points in it (the centre itself when every fit fails); the
-    start for models nonlinear in the parameters, whichever misfit a method minimises."""
+    start for models nonlinear in the parameters, whichever misfit a method minimises.
+    The box must be finite (:func:`default_start` says so first)."""
     lo, hi = bounds
     centre = 0.5 * (lo + hi)
     design = stats.qmc.Sobol(lo.size, seed=0).random(_SCREEN_STARTS)

@@ -36,7 +36,9 @@ class Input:
     Parameters
     ----------
     values : callable or array_like
-        A vectorised callable ``w(times) -> values``, or values at the times ``t``.
+        A vectorised callable ``w(times) -> values`` (one value per time, the shape of
+        ``times``; a single value is a constant input; other shapes, and a callable that fails
+        on an array of times, are errors naming the input), or values at the times ``t``.
     t : array_like, optional
         Strictly increasing times of ``values`` (required for values, not for a callable).
     kind : {"linear", "constant"}
@@ -118,9 +120,7 @@ class Input:
         times = np.asarray(times, dtype=float)
         self.check_covers(float(np.min(times)), float(np.max(times)), "the requested times")
         if self._fn is not None:
-            out = np.asarray(self._fn(times), dtype=float)
-            if out.shape != times.shape:
-                out = np.broadcast_to(out, times.shape).astype(float)
+            out = self._evaluate(times)
             if not np.all(np.isfinite(out)):
                 raise ValueError(f"{self._label()} returned non-finite values")
             return out
@@ -128,6 +128,35 @@ class Input:
             return np.interp(times, self.t, self.values)
         idx = np.clip(np.searchsorted(self.t, times, side="right") - 1, 0, self.t.size - 1)
         return self.values[idx]
+
+    def _evaluate(self, times: np.ndarray) -> np.ndarray:
+        """The callable at ``times`` as one float per time, or an error naming the input.
+
+        A single value is a constant input; an array with the times' values in another
+        layout of length-one axes (a column ``(n, 1)``) is reshaped; anything else (``(n, 2)``:
+        two inputs in one callable) is an error, not a numpy broadcast.
+        """
+        what = f"{self._label()} (a callable)"
+        try:
+            out = np.asarray(self._fn(times), dtype=float)
+        except (TypeError, ValueError) as exc:
+            # a function written for one scalar time fails on an array: say so
+            raise ValueError(
+                f"{what} failed on times of shape {times.shape} ({type(exc).__name__}: "
+                f"{exc}); it must be vectorised, w(times) -> one value per time (wrap a "
+                "scalar function with np.vectorize)"
+            ) from exc
+        if out.shape == times.shape:
+            return out
+        if out.size == 1:
+            return np.full(times.shape, out.item())
+        if out.size == times.size and np.squeeze(out).shape == np.squeeze(times).shape:
+            return out.reshape(times.shape)
+        raise ValueError(
+            f"{what} returned shape {out.shape} for times of shape {times.shape}; it must "
+            f"return one value per time (shape {times.shape}); a model with several inputs "
+            "takes one callable per input name, inputs={name: w, ...}"
+        )
 
     def _label(self) -> str:
         return f"input {self.name!r}" if self.name else "the input"

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import functools
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.integrate import solve_ivp
 
 from pymc_wendy._validation import check_noise_name, check_times, check_vector
-from pymc_wendy.model.inputs import as_inputs
+from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
 __all__ = ["SimulatedData", "SimulationError", "add_noise", "simulate", "solve"]
@@ -244,8 +244,9 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
     breaks = np.zeros(0)
     for w in forcing:
         w.check_covers(float(t[0]), float(t[-1]), "the output times")
+        w(t)  # a callable of the wrong shape fails here with its name, not inside the solver
     if forcing:
-        breaks = np.unique(np.concatenate([w.breakpoints for w in forcing]))
+        breaks = np.unique(np.concatenate([_solver_breaks(w) for w in forcing]))
     operator = model.has_operator_terms
 
     def values(s):
@@ -261,6 +262,22 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
         return model.parameter_jacobian(s, u, p, values(s))
 
     return (rhs, jacobian, breaks, parameter_jacobian) if jac_p else (rhs, jacobian, breaks)
+
+
+def _solver_breaks(w: Input) -> np.ndarray:
+    """Where a solve must restart for the input ``w``: its breakpoints, less the grid times
+    where values on a grid are smooth (the slope of a linear one or the value of a held one
+    does not change). A restart costs a new solver start; a fine grid has hundreds."""
+    if w.values is None:
+        return w.breakpoints
+    t, v = w.t, w.values
+    if w.kind == "constant":
+        change = np.r_[False, v[1:] != v[:-1]]
+    else:
+        slope = np.diff(v) / np.diff(t)
+        tol = 1e-9 * float(np.max(np.abs(slope)))
+        change = np.r_[False, np.abs(np.diff(slope)) > tol, False]
+    return np.union1d(t[change], np.setdiff1d(w.breakpoints, t))
 
 
 def integrate(
@@ -439,6 +456,25 @@ def _cached_solution(
     return U
 
 
+def _simulation_inputs(model: ODEModel, inputs) -> dict:
+    """The model's inputs for :func:`simulate`: :class:`~pymc_wendy.model.inputs.Input`
+    objects (on a grid too: the solver reads them between grid times as the input defines)
+    or callables. Bare arrays are refused: they mean values on the data times, which
+    :func:`simulate` has not made yet."""
+    if isinstance(inputs, Mapping):
+        given = list(inputs.values())
+    else:  # one input without its name (as_inputs refuses that for several)
+        given = [inputs] if len(model.inputs) == 1 and inputs is not None else []
+    if model.inputs and any(not (isinstance(v, Input) or callable(v)) for v in given):
+        raise ValueError(
+            "inputs of simulate must be Input objects or callables; for values on a "
+            "grid give Input(values, t=times) (kind='linear' or 'constant' says how "
+            "they are read between the times), not a bare array"
+        )
+    # np.zeros(2): never read, arrays are refused above (and a model without inputs refuses any)
+    return as_inputs(model.inputs, inputs, np.zeros(2))
+
+
 def _fine_grid(t_span, t, n_points: int | None) -> np.ndarray:
     """The fine solution grid of :func:`simulate`: ``n_points`` uniform points on ``t_span``
     (default 1025), or the explicit grid ``t``; exactly one of the two is given."""
@@ -537,8 +573,11 @@ def simulate(
     problem : str, optional
         Name recorded in the result.
     inputs : mapping, optional
-        Values of the model's inputs (:class:`~pymc_wendy.model.inputs.Input` objects or
-        callables); kept in ``SimulatedData.inputs``.
+        Values of the model's inputs: :class:`~pymc_wendy.model.inputs.Input` objects
+        (values on a grid, read between the grid times as the ``Input`` says, or callables;
+        the grid must cover the solve) or vectorised callables; kept in
+        ``SimulatedData.inputs``. Bare arrays are refused (their times would be ambiguous):
+        give ``Input(values, t=times)``.
     noise_scale : {"rms", "range"}
         How the additive noise level follows from ``noise_ratio`` (:func:`add_noise`).
 
@@ -562,9 +601,7 @@ def simulate(
     subsample = _positive_int(subsample, "subsample", 1)
     p = check_vector(p, model.n_params, "p", model.params)
     u0 = check_vector(u0, len(model.companion_states), "u0", model.companion_states)
-    forcing = as_inputs(model.inputs, inputs, np.zeros(2)) if model.inputs else {}
-    if any(w.t is not None for w in forcing.values()):
-        raise ValueError("inputs of simulate must be Input objects or callables, not arrays")
+    forcing = _simulation_inputs(model, inputs)
     t_fine = _fine_grid(t_span, t, n_points)
     if atol is None:
         atol = _LOGNORMAL_ATOL if noise == "lognormal" else 1e-12

@@ -5,7 +5,7 @@ backend and sampler reads through one interface (:mod:`pymc_wendy.weak.protocol`
 
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import CovarianceError, NonFiniteError, WeakLikelihoodError
-from pymc_wendy.weak.likelihood import WeakLikelihood
+from pymc_wendy.weak.likelihood import ShortSeriesWarning, WeakLikelihood
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.test_functions import (
     TestFunctions,
@@ -20,6 +20,7 @@ __all__ = [
     "JointLikelihood",
     "NonFiniteError",
     "TestFunctions",
+    "ShortSeriesWarning",
     "WeakLikelihood",
     "WeakLikelihoodError",
     "build_test_functions",

@@ -11,6 +11,11 @@ import numpy as np
 
 from pymc_wendy.weak import kernels, linear_form
 from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
+from pymc_wendy.weak.test_functions import (
+    TestFunctions,
+    accurate_test_functions,
+    build_test_functions,
+)
 
 __all__ = ["FirstOrderForm"]
 
@@ -31,6 +36,22 @@ class FirstOrderForm(WeakForm):
     def accepts(cls, model) -> bool:
         return True
 
+    @classmethod
+    def default_test_functions(cls, t, X, model) -> TestFunctions:
+        """WENDy's construction (corner-rule radius, multiples up to 8x); on a series too
+        short for it to give ``2 J`` weak residuals (``K D``), the narrowest accurate radii
+        instead (:func:`~pymc_wendy.weak.test_functions.accurate_test_functions`, as for
+        higher-order models; ``docs/data.md`` has the measurements)."""
+        tf = build_test_functions(t, X)
+        D, J = X.shape[1], model.n_params
+        if tf.K * D >= 2 * J:
+            return tf
+        try:
+            short = accurate_test_functions(t, X, 1, -(-2 * J // D))
+        except ValueError:
+            return tf
+        return short if short.K > tf.K else tf
+
     def residual(self, p):
         (F,) = self.derivs(p, "f")
         return kernels.residual(self.phi, F, self.b)
@@ -41,7 +62,9 @@ class FirstOrderForm(WeakForm):
 
     def evaluation(self, p, s2, diag=None):
         F, Ju = self.derivs(p, "f", "f_u")
-        return kernels.evaluate(self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, diag)
+        return kernels.evaluate(
+            self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, self._diag(diag)
+        )
 
     def gradient(self, p, ev, logdet, sigma2):
         Jp, Jup = self.derivs(p, "f_p", "f_up")

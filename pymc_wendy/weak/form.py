@@ -74,7 +74,9 @@ class WeakForm(abc.ABC):
     inputs : dict
         Known inputs by name (:class:`~pymc_wendy.model.inputs.Input`).
     ridge : float
-        The covariance ridge ``S <- (1 - ridge) S + ridge I``.
+        The covariance ridge, relative: ``S <- (1 - ridge) S + ridge c I`` with ``c`` the
+        scale of ``S`` (:attr:`ridge_diag` holds ``ridge c``; ``c = 1`` until the likelihood
+        sets it from :meth:`operator_scale` and the noise level).
 
     Notes
     -----
@@ -102,8 +104,19 @@ class WeakForm(abc.ABC):
         self.test_functions = test_functions
         self.inputs = inputs
         self.ridge = ridge
+        #: what the ridge adds to the diagonal of ``S`` (absolute)
+        self.ridge_diag = ridge
         self.phi = np.ascontiguousarray(test_functions.phi)
         self.dphi = np.ascontiguousarray(test_functions.dphi)
+
+    def operator_scale(self) -> float:
+        """Mean squared row norm of the residual's leading, parameter-free operator (here
+        ``dPhi``): times a noise variance, the size of a diagonal entry of ``S``. It scales
+        with time like ``S`` does, which keeps the relative ridge unit-free."""
+        return float(np.mean(np.sum(self.dphi**2, axis=1)))
+
+    def _diag(self, diag: float | None) -> float:
+        return self.ridge_diag if diag is None else diag
 
     # --- which models, which test functions --------------------------------------------------
     @classmethod

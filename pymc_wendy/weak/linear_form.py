@@ -42,20 +42,23 @@ class LinearForm:
     r0: np.ndarray  # (n,)
     G: np.ndarray  # (n, J)
     A: np.ndarray  # (npairs, n, n)
-    ridge: float
+    ridge_diag: float  # what the ridge adds to the diagonal
 
     @classmethod
-    def build(cls, coefficients: Callable, s2: np.ndarray, ridge: float) -> LinearForm:
+    def build(
+        cls, coefficients: Callable, s2: np.ndarray, ridge: float, ridge_diag: float
+    ) -> LinearForm:
         """From a form's ``linear_coefficients`` (:class:`~pymc_wendy.weak.form.WeakForm`)
-        at noise variances ``s2``; the ridge scales the noise as in ``S(p)``."""
+        at noise variances ``s2``; the ridge scales the noise as in ``S(p)`` and adds
+        ``ridge_diag`` to the diagonal."""
         r0, G, A = coefficients((1.0 - ridge) * np.asarray(s2, dtype=float))
-        return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge=ridge)
+        return cls(s2_raw=np.array(s2, dtype=float), r0=r0, G=G, A=A, ridge_diag=ridge_diag)
 
     def _factor(self, p: np.ndarray, logdet: bool = True):
         pt = np.concatenate([[1.0], p])
         ia, ib = _pairs(p.size)
         S = np.tensordot(pt[ia] * pt[ib], self.A, axes=1)
-        S[np.diag_indices_from(S)] += self.ridge
+        S[np.diag_indices_from(S)] += self.ridge_diag
         C = kernels.cholesky(S)
         r = self.r0 + self.G @ p
         z = sla.solve_triangular(C, r, lower=True, check_finite=False)

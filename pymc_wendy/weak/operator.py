@@ -11,8 +11,6 @@ exact integrals against the test functions (:mod:`pymc_wendy.model.inputs`). The
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import sympy as sp
 
@@ -21,16 +19,13 @@ from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import operator_kernels
 from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
 from pymc_wendy.weak.test_functions import (
+    MAX_MOMENT_ERROR,
     TestFunctions,
-    build_test_functions,
-    quadrature_weights,
+    accurate_test_functions,
+    moment_error,
 )
 
 __all__ = ["OperatorForm", "default_test_functions", "moment_error"]
-
-#: Relative error of the discrete integration by parts above which building the likelihood
-#: fails (see :func:`moment_error`): the test functions are too narrow for the grid.
-MAX_MOMENT_ERROR = 0.02
 
 
 class _Coefficients:
@@ -110,60 +105,21 @@ def _coefficients(model: ODEModel) -> _Coefficients:
     return model.cached(("operator", "coefficients"), _Coefficients)
 
 
-def moment_error(test_functions: TestFunctions, order: int) -> float:
-    """How well the data grid integrates the test functions' ``order``-th derivatives.
-
-    For every shape ``psi((t - c) / r)`` behind the test functions (the bump by default),
-    the exact identity ``int psi^(q)(s) s^q / q! dt = (-1)^q int psi(s) dt`` (``q``
-    integrations by parts, ``s = (t - c) / r``) is evaluated with the trapezoid weights of
-    the grid; the result is the largest error relative to ``int psi``. The trapezoid rule is
-    spectrally accurate for the smooth bumps, but a ``q``-th derivative oscillates ``q``
-    times across the support, so narrow bumps on a coarse grid integrate badly: for ``q = 2``
-    the error is 0.04 at 4 grid spacings per radius, 3e-4 at 8; for ``q = 3``, 0.2 at 4 and
-    5e-4 at 10 (for ``q = 1``, 2e-3 at 4).
-    """
-    order = int(order)
-    tf = test_functions
-    if order < 1 or tf.centres is None or tf.t is None or tf.family is None:
-        return 0.0
-    w = quadrature_weights(tf.t)
-    s = (tf.t[None, :] - tf.centres[:, None]) / tf.widths[:, None]
-    mass = tf.family.shape(s, 0) @ w
-    moment = (tf.family.shape(s, order) * s**order) @ w / math.factorial(order)
-    return float(np.max(np.abs(moment - (-1) ** order * mass) / mass))
-
-
 def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel) -> TestFunctions:
     """The default test functions of a model of order ``q`` (``docs/higher_order.md``).
 
-    Radii ``r, 2r, 4r`` with the smallest ``r`` a whole number of grid spacings: ``4 + 2q``
-    (where the ``q``-th derivatives integrate to about 3e-4, :func:`moment_error`), or on a
-    grid too short for that, the largest number of spacings down to 3 that still gives
-    ``2 J`` test functions and a moment error below :data:`MAX_MOMENT_ERROR`. The
-    first-order default (a data-driven corner rule with radii up to 8 r) picks radii of 4-5
-    spacings, where the integration error of ``q``-th derivatives biases the estimate by
+    :func:`~pymc_wendy.weak.test_functions.accurate_test_functions` with ``q`` and ``2 J``
+    test functions wanted: radii ``r, 2r, 4r`` with ``r`` = ``4 + 2q`` grid spacings (where
+    the ``q``-th derivatives integrate to about 3e-4), or fewer down to 3 on a short grid.
+    The first-order default (a data-driven corner rule with radii up to 8 r) picks radii of
+    4-5 spacings, where the integration error of ``q``-th derivatives biases the estimate by
     several standard errors at low noise (head acceleration, N = 101, 1 % noise: 8 se).
     """
     q = max(model.orders)
-    h = float(np.max(np.diff(t)))
-    best = None
-    for points in range(4 + 2 * q, 2, -1):
-        try:
-            tf = build_test_functions(t, X, min_radius=points * h, multipliers=(1, 2, 4))
-        except ValueError:  # the radius does not fit on the grid
-            continue
-        if moment_error(tf, q) > MAX_MOMENT_ERROR:
-            break
-        if best is None or tf.K > best.K:
-            best = tf
-        if tf.K >= 2 * model.n_params:
-            return tf
-    if best is None:
-        raise ValueError(
-            f"{model.name} has order {q}: {t.size} time points are too few for test functions "
-            f"whose {q}-th derivatives the grid integrates accurately"
-        )
-    return best
+    try:
+        return accurate_test_functions(t, X, q, 2 * model.n_params)
+    except ValueError as exc:
+        raise ValueError(f"{model.name} has order {q}: {exc}") from None
 
 
 @register_form
@@ -224,10 +180,15 @@ class OperatorForm(WeakForm):
             Psi=psi[:, : len(inputs)],
         )
 
+    def operator_scale(self) -> float:
+        # the highest derivative of the test functions: the term of the residual that scales
+        # with time like S (every other term carries parameters with matching time units)
+        return float(np.mean(np.sum(self.data.ops[-1] ** 2, axis=1)))
+
     def evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
         F, Ju = self.derivs(p, "f", "f_u")
         terms = self.coefficients.terms(p)
-        return operator_kernels.evaluate(self.data, F, Ju, terms, s2, self.ridge, diag)
+        return operator_kernels.evaluate(self.data, F, Ju, terms, s2, self.ridge, self._diag(diag))
 
     def gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
         Jp, Jup = self.derivs(p, "f_p", "f_up")

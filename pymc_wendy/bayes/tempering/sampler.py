@@ -15,6 +15,7 @@ from pymc.blocking import DictToArrayBijection
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
+from pymc_wendy.bayes.sampling import check_count
 from pymc_wendy.bayes.tempering.ladder import Relaxation, make_ladder
 from pymc_wendy.bayes.tempering.model import TemperedModel
 from pymc_wendy.bayes.tempering.pool import Runner, worker_count
@@ -99,6 +100,14 @@ def sample_sft(
         final ladder ``alpha``, ``beta``, ``level`` (rung); ``rungs`` (if ``keep_rungs``): the
         draws of every rung with a ``rung`` dimension.
 
+    Raises
+    ------
+    ValueError
+        Before anything is compiled: an unknown ``relaxation`` or ``swap``, ``target_accept``
+        outside (0, 1), a model without free variables, or a count that is not an integer in
+        range (``draws``, ``chains``, ``cores``, ``max_treedepth`` >= 1, ``tune`` >= 0,
+        ``rungs`` >= 2).
+
     Warns
     -----
     SFTWarning
@@ -109,7 +118,8 @@ def sample_sft(
         or when its chains disagree (R-hat > 1.01).
     """
     model = pm.modelcontext(model)
-    _check_arguments(model, relaxation, swap, draws, tune, chains, target_accept)
+    _check_arguments(model, relaxation, swap, target_accept)
+    _check_counts(draws, tune, chains, cores, max_treedepth, None if ladder is not None else rungs)
     C, T, D = int(chains), int(tune), int(draws)
     workers = worker_count(cores, C)
     rng = np.random.default_rng(random_seed)
@@ -138,7 +148,7 @@ def sample_sft(
     return assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap)
 
 
-def _check_arguments(model, relaxation, swap, draws, tune, chains, target_accept) -> None:
+def _check_arguments(model, relaxation, swap, target_accept) -> None:
     """Raise ``ValueError`` for arguments of :func:`sample_sft` it cannot use, before anything
     is compiled."""
     if relaxation not in ("covariance", "power", "hybrid"):
@@ -147,12 +157,22 @@ def _check_arguments(model, relaxation, swap, draws, tune, chains, target_accept
         )
     if swap not in ("deo", "random"):
         raise ValueError(f"swap must be 'deo' or 'random'; got {swap!r}")
-    if int(draws) < 1 or int(tune) < 0 or int(chains) < 1:
-        raise ValueError("draws and chains must be positive and tune non-negative")
     if not 0.0 < target_accept < 1.0:
         raise ValueError(f"target_accept must be in (0, 1); got {target_accept}")
     if not model.value_vars:
         raise ValueError("the model has no free variables to sample")
+
+
+def _check_counts(draws, tune, chains, cores, max_treedepth, rungs) -> None:
+    """Raise ``ValueError`` naming a count of :func:`sample_sft` that is not an integer in
+    range (``rungs`` None: a given ladder sets them), before anything is compiled."""
+    check_count(draws, "draws", 1)
+    check_count(tune, "tune", 0)
+    check_count(chains, "chains", 1)
+    check_count(cores, "cores", 1, allow_none=True)
+    check_count(max_treedepth, "max_treedepth", 1)
+    if rungs is not None:
+        check_count(rungs, "rungs", 2)
 
 
 def _starts(model: pm.Model, initvals, chains: int) -> tuple[list[dict], dict]:

@@ -7,7 +7,6 @@ the same for a store on disk without the settings that made it.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import xarray as xr
 from pymc_wendy.problems.catalogue import Problem, get_problem
 from pymc_wendy.studies.coverage.methods import BAYES, split_estimator
 from pymc_wendy.studies.coverage.runners import task_key
-from pymc_wendy.studies.coverage.store import Store
+from pymc_wendy.studies.coverage.store import Store, read_config
 
 __all__ = ["open_coverage", "to_dataset"]
 
@@ -43,14 +42,29 @@ def open_coverage(store: str | os.PathLike, problem: str | Problem | None = None
     xarray.Dataset
         As :func:`run_coverage`: the product of the stored noise ratios, numbers of points and
         data set indices, NaN where a run is not (yet) stored.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``store`` has no ``study.json``.
+    ValueError
+        If ``study.json`` is damaged (the message names the file). Lines of ``runs.jsonl``
+        that are not run records are skipped with a ``RuntimeWarning`` instead.
     """
     path = Path(store)
     cfg_file = path / "study.json"
     if not cfg_file.exists():
-        raise FileNotFoundError(f"{str(path)!r} is not a coverage store: it has no study.json")
-    config = json.loads(cfg_file.read_text())
+        held = (
+            " (it has runs.jsonl: put its study.json back)"
+            if (path / "runs.jsonl").exists()
+            else ""
+        )
+        raise FileNotFoundError(
+            f"{str(path)!r} is not a coverage store: it has no study.json{held}"
+        )
+    config = read_config(path)
     prob = _stored_problem(config, problem)
-    records = Store.read(path)
+    records = Store.read(path, len(prob.params))
     noise_ratios = sorted({float(r["noise_ratio"]) for r in records.values()})
     n_points = sorted({int(r["n_points"]) for r in records.values()})
     n_datasets = 1 + max((int(r["dataset"]) for r in records.values()), default=-1)

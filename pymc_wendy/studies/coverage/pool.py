@@ -1,9 +1,9 @@
 """Where the runs of a coverage study execute, and how their records are collected.
 
 :func:`run_tasks` runs pending tasks in this process, in local process pools (one BLAS thread
-per worker, fresh workers every :data:`_TASKS_PER_WORKER` runs) or on a given executor (e.g.
-Dask's), storing each record as soon as it arrives and counting finished and failed runs on a
-progress bar.
+per worker, fresh workers every :data:`_TASKS_PER_WORKER` runs, each ending when the study's
+process ends, however it ends) or on a given executor (e.g. Dask's), storing each record as
+soon as it arrives and counting finished and failed runs on a progress bar.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
+import threading
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy.studies.coverage.runners import Task, run_task
@@ -77,6 +79,20 @@ def _in_local_pools(workers: int, pending: list[Task], records, store, bar) -> N
 def _worker_init() -> None:
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     os.environ["OMP_NUM_THREADS"] = "1"
+    # A worker waits for tasks on a queue whose write end the other workers hold too, so it
+    # would wait forever if the study were killed (kill -9, a crashed job): end with the parent.
+    threading.Thread(target=_exit_with_parent, name="exit-with-parent", daemon=True).start()
+
+
+def _exit_with_parent() -> None:
+    """Wait for the process that started this worker to end, then end this worker."""
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a child of multiprocessing: nothing to watch
+        return
+    parent.join()  # returns when the parent's sentinel (a pipe or handle) closes: it has ended
+    # end at once, as the parent did (no clean-up: nothing is left to report to); SIGKILL
+    # cannot be caught, and Windows (no SIGKILL) terminates on any signal number
+    os.kill(os.getpid(), getattr(signal, "SIGKILL", signal.SIGTERM))
 
 
 class _Serial(cf.Executor):

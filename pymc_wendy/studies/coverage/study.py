@@ -93,6 +93,14 @@ def run_coverage(
         False runs nothing: the result holds what ``store`` has finished (NaN elsewhere), for
         looking at a study that is still running or was interrupted.
 
+    Raises
+    ------
+    ValueError
+        For settings out of range (a fractional ``n_points``, ``n_datasets`` or ``seed``
+        included), and for a ``store`` whose ``study.json`` holds other settings, is damaged,
+        or is missing while ``runs.jsonl`` holds runs. Lines of ``runs.jsonl`` that are not
+        run records are skipped with a ``RuntimeWarning`` and their runs redone.
+
     Returns
     -------
     xarray.Dataset
@@ -108,10 +116,11 @@ def run_coverage(
         raise TypeError(f"problem must be a benchmark name or a Problem; got {problem!r}")
     labels = parse_methods(methods)
     noise_ratios = [float(x) for x in np.atleast_1d(noise_ratios)]
-    n_points = [int(n) for n in np.atleast_1d(n_points)]
+    n_points = [_whole(n, "n_points") for n in np.atleast_1d(n_points)]
+    n_datasets, seed = _whole(n_datasets, "n_datasets"), _whole(seed, "seed")
     fit_options = dict(fit_options or {})
     sample_options = dict(sample_options or {})
-    _check_settings(noise_ratios, n_points, n_datasets, level, fit_options)
+    _check_settings(noise_ratios, n_points, n_datasets, level, seed, fit_options)
     experiments = _check_experiments(experiments, prob)
     tasks = _tasks(
         prob, labels, noise_ratios, n_points, int(n_datasets), seed, float(level),
@@ -138,9 +147,22 @@ def run_coverage(
     return ds
 
 
-def _check_settings(noise_ratios, n_points, n_datasets, level, fit_options) -> None:
-    if any(not 0 < x for x in noise_ratios):
-        raise ValueError(f"noise ratios must be positive; got {noise_ratios}")
+def _whole(value, name: str) -> int:
+    """``value`` as an int, refusing a fraction (100.7 points would silently be 100)."""
+    if isinstance(value, bool | np.bool_) or not float(value).is_integer():
+        raise ValueError(f"{name} must be a whole number; got {value}")
+    return int(value)
+
+
+def _check_settings(noise_ratios, n_points, n_datasets, level, seed, fit_options) -> None:
+    if not noise_ratios or any(not 0 < x < np.inf for x in noise_ratios):
+        raise ValueError(
+            f"noise ratios must be positive and finite (at least one); got {noise_ratios}"
+        )
+    if not n_points:
+        raise ValueError("n_points must list at least one number of points")
+    if seed < 0:
+        raise ValueError(f"seed must be a non-negative integer; got {seed}")
     if any(n < 8 for n in n_points):
         raise ValueError(f"n_points must be at least 8 per data set; got {n_points}")
     if int(n_datasets) < 1:
@@ -173,7 +195,7 @@ def _check_experiments(experiments, prob: Problem) -> tuple[dict, ...] | None:
                 )
             entry["u0"] = u0.tolist()
         if e.get("n_points") is not None:
-            if int(e["n_points"]) < 8:
+            if _whole(e["n_points"], f"experiment {i}: n_points") < 8:
                 raise ValueError(
                     f"experiment {i}: n_points must be at least 8; got {e['n_points']}"
                 )

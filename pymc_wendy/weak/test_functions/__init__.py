@@ -21,8 +21,9 @@ with trapezoid weights ``w_m``.  The construction follows WENDy 2023 (sec. 2.3),
 Modules: :mod:`.families` (the family interface, the registry and the built-in families),
 :mod:`.quadrature` (trapezoid weights and the composite Gauss-Legendre rule the baselines
 share), :mod:`.grid` (the time grid as the construction sees it), :mod:`.radius`,
-:mod:`.build` and :mod:`.result` (:class:`TestFunctions`, :class:`RadiusSelection`,
-:func:`from_matrices`).
+:mod:`.build`, :mod:`.result` (:class:`TestFunctions`, :class:`RadiusSelection`,
+:func:`from_matrices`) and :mod:`.accuracy` (the quadrature error of the integration by parts
+and the rule for short series and higher orders).
 
 On a uniform grid radii are whole numbers of grid spacings and everything reduces to the
 WENDy.jl construction (the row normalisation cancels the constant weight ``dt``).  Non-uniform
@@ -43,6 +44,11 @@ Deliberate differences from WENDy.jl, all at the level of a few test functions o
 - ``K_info`` uses all singular values (WENDy.jl bounds the tail when it uses a partial SVD).
 """
 
+from pymc_wendy.weak.test_functions.accuracy import (
+    MAX_MOMENT_ERROR,
+    accurate_test_functions,
+    moment_error,
+)
 from pymc_wendy.weak.test_functions.build import build_test_functions
 from pymc_wendy.weak.test_functions.families import (
     BSplineFamily,
@@ -62,6 +68,7 @@ from pymc_wendy.weak.test_functions.radius import select_min_radius
 from pymc_wendy.weak.test_functions.result import RadiusSelection, TestFunctions, from_matrices
 
 __all__ = [
+    "MAX_MOMENT_ERROR",
     "BSplineFamily",
     "BumpFamily",
     "LocalFamily",
@@ -70,11 +77,13 @@ __all__ = [
     "SpanningFamily",
     "TestFunctionFamily",
     "TestFunctions",
+    "accurate_test_functions",
     "build_test_functions",
     "bump",
     "bump_derivative",
     "list_families",
     "from_matrices",
+    "moment_error",
     "gauss_legendre",
     "get_family",
     "quadrature_weights",

@@ -202,7 +202,7 @@ def _searched_radii(
     options = dict(selection_options)
     options.setdefault("max_multiplier", float(np.max(mult)))
     selection = select_min_radius(grid.t, U, family=family, **options)
-    radius_range = options.get("radius_range", (0.01, 5.0))
+    radius_range = options.get("radius_range")
     r_max = max_radius_points(grid, radius_range) * grid.unit
     r_min = max(selection.radius, min(min_points * grid.unit, r_max / np.max(mult)))
     used = _radii_from_min(grid, r_min, mult, r_max, strict=True)

@@ -59,19 +59,23 @@ def _corner(y: np.ndarray, x: np.ndarray) -> int:
     return int(np.argmin(errs))
 
 
-def max_radius_points(grid: Grid, radius_range: tuple[float, float]) -> float:
-    """WENDy.jl's ``radiusMax``: ``min(floor(radius_range[1]/dt), floor(M/2))`` in points."""
-    return float(grid.floor(grid.to_points(min(radius_range[1], grid.r_fit))))
+def max_radius_points(grid: Grid, radius_range: tuple[float, float] | None) -> float:
+    """WENDy.jl's ``radiusMax``: ``min(floor(radius_range[1]/dt), floor(M/2))`` in points;
+    ``floor(M/2)`` (half the span) when ``radius_range`` is None."""
+    hi = grid.r_fit if radius_range is None else min(radius_range[1], grid.r_fit)
+    return float(grid.floor(grid.to_points(hi)))
 
 
 def _candidate_points(
     grid: Grid,
-    radius_range: tuple[float, float],
+    radius_range: tuple[float, float] | None,
     n_candidates: int,
     max_multiplier: float,
 ) -> np.ndarray:
     """Candidate minimum radii in points (whole numbers on a uniform grid)."""
-    lo = max(float(grid.ceil(grid.to_points(radius_range[0]))), float(_MIN_RADIUS_POINTS))
+    lo = float(_MIN_RADIUS_POINTS)
+    if radius_range is not None:
+        lo = max(float(grid.ceil(grid.to_points(radius_range[0]))), lo)
     hi = float(grid.floor(max_radius_points(grid, radius_range) / max_multiplier))
     if hi < lo:
         # WENDy.jl: the range is too short for the multipliers; search up to ten times the start.
@@ -94,7 +98,7 @@ def select_min_radius(
     t: np.ndarray,
     U: np.ndarray,
     *,
-    radius_range: tuple[float, float] = (0.01, 5.0),
+    radius_range: tuple[float, float] | None = None,
     n_candidates: int = 100,
     per_candidate: int = 100,
     subsample_rate: float = 2.0,
@@ -106,7 +110,10 @@ def select_min_radius(
 
     Candidate radii run from ``max(radius_range[0], 2 grid spacings)`` to
     ``radius_max / max_multiplier`` (``radius_max = min(radius_range[1], T/2)``; if that is below
-    the start, to ten times the start), about ``n_candidates`` of them.  For each candidate at
+    the start, to ten times the start), about ``n_candidates`` of them. By default
+    (``radius_range=None``) they run from 2 grid spacings to ``T / (2 max_multiplier)``: the
+    choice depends on the grid and the data only through ratios, so rescaling time rescales
+    the radii and nothing else.  For each candidate at
     most ``per_candidate`` unit-norm test functions are spread evenly over the admissible
     centres and the error surrogate is::
 
@@ -128,8 +135,10 @@ def select_min_radius(
         Strictly increasing times.
     U : array_like, shape (M+1, D)
         Data, one row per time point.
-    radius_range : (float, float), default (0.01, 5.0)
-        Smallest candidate and largest overall radius, in time units.
+    radius_range : (float, float), optional
+        Smallest candidate and largest overall radius, in time units. Default None: 2 grid
+        spacings and half the time span. WENDy.jl's default is ``(0.01, 5)`` in the units of
+        its examples; pass it to reproduce WENDy.jl (``docs/test_functions.md``).
     n_candidates : int, default 100
         Approximate number of candidate radii.
     per_candidate : int, default 100
@@ -156,10 +165,12 @@ def select_min_radius(
 
     Notes
     -----
-    The corner rule divides by ``log(err)`` (relative L1 deviations), so, as in WENDy.jl, it is
-    not invariant to rescaling ``U``, and ``radius_range`` is in absolute time units; both can
-    move the chosen radius by a few points.  When the noise floor is reached within a couple
-    of candidates (typical above about 10 % noise) the choice sits at the first flat point.
+    The corner rule divides by ``log(err)`` (relative L1 deviations), so it is not invariant
+    to rescaling ``err``. WENDy.jl applies it to the raw data; here each state is divided by
+    its root mean square first, so that rescaling a state (changing its units) does not move
+    the choice, and states of very different size weigh alike.  When the noise floor is
+    reached within a couple of candidates (typical above about 10 % noise) the choice sits at
+    the first flat point.
     """
     t, U = check_data(t, U)
     grid = make_grid(t)
@@ -177,10 +188,16 @@ def select_min_radius(
             "the smallest candidate",
             hint=" (radius_range is in time units; lower radius_range[0] for a short domain)",
         )
-    errors = _error_surrogate(grid, U, radii, shape, per_candidate, subsample_rate)
+    errors = _error_surrogate(grid, _unit_rms(U), radii, shape, per_candidate, subsample_rate)
     with np.errstate(divide="ignore"):
         index = _corner(np.log(errors), radii)
     return RadiusSelection(candidates=radii, errors=errors, index=index)
+
+
+def _unit_rms(U: np.ndarray) -> np.ndarray:
+    """Each column divided by its root mean square (columns of zeros stay zero)."""
+    rms = np.sqrt(np.mean(U**2, axis=0))
+    return U / np.where(rms > 0, rms, 1.0)
 
 
 def _error_surrogate(
@@ -206,11 +223,13 @@ def _error_surrogate(
 
 
 def _validate_selection_options(
-    radius_range: tuple[float, float],
+    radius_range: tuple[float, float] | None,
     n_candidates: int,
     per_candidate: int,
     subsample_rate: float,
 ) -> None:
+    if radius_range is None:
+        radius_range = (1.0, 1.0)  # only the other options to check
     if len(radius_range) != 2:
         raise ValueError(f"radius_range must be (min, max), got {radius_range!r}")
     lo = check_positive("radius_range[0]", radius_range[0])

@@ -1,0 +1,272 @@
+"""The data users bring, as the float arrays the weak form needs.
+
+Every entry point (:func:`~pymc_wendy.fit`, :class:`~pymc_wendy.WeakLikelihood`,
+:class:`~pymc_wendy.WeakODELikelihood`) passes its ``t`` and ``U`` through :func:`as_data`:
+
+* **Labels.** A :class:`pandas.DataFrame` is matched to the model's states by column name
+  (reordered; an error names missing or unknown columns); its index is the time axis when
+  ``t`` is None. An :class:`xarray.DataArray` is read by dimension name: the dimension whose
+  coordinate holds the state names is the state axis, the other one is time. A
+  :class:`pandas.Series` is the data of a one-state model.
+* **Time axes.** Datetimes (``numpy.datetime64``, a pandas ``DatetimeIndex`` or ``Series``)
+  and durations (``timedelta64``, ``TimedeltaIndex``) become floats counted from the first
+  time point in ``time_unit`` (default days for datetimes, seconds for durations). The
+  parameters are then per that unit (a rate in 1/day).
+* **Missing values.** NaN or masked (:class:`numpy.ma.MaskedArray`) entries are missing. The
+  weak form evaluates the right-hand side ``f(u(t_m))`` at each time point, which needs every
+  state there, so a time point with any missing entry is left out (a :class:`MissingDataWarning`
+  says how many) and the others form a non-uniform grid. Infinite values stay an error.
+
+Nothing here depends on the weak form: the returned arrays still go through
+:func:`pymc_wendy._validation.check_data`.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+__all__ = ["MissingDataWarning", "ObservedData", "as_data", "as_times"]
+
+#: the default unit of datetime time axes, and of durations
+DATETIME_UNIT = "D"
+DURATION_UNIT = "s"
+
+
+class MissingDataWarning(UserWarning):
+    """Time points with missing (NaN or masked) entries were left out of the data."""
+
+
+class ObservedData(NamedTuple):
+    """Data as float arrays, with what :func:`as_data` did to get there.
+
+    Attributes
+    ----------
+    t : ndarray, shape (N,)
+        Times of the kept rows (floats, in ``time_unit`` from ``origin`` for datetimes).
+    U : ndarray, shape (N, D)
+        The kept rows, columns in the model's state order.
+    kept : ndarray of bool, shape (M,)
+        Which of the given time points were kept (False: a missing entry).
+    t_given : ndarray, shape (M,)
+        All the given times as floats (inputs given as values on the time points use them).
+    origin : Any
+        The first given time point when the time axis was datetimes or durations, else None.
+    time_unit : str or None
+        The unit of ``t`` for datetime or duration axes, else None.
+    """
+
+    t: np.ndarray
+    U: np.ndarray
+    kept: np.ndarray
+    t_given: np.ndarray
+    origin: Any = None
+    time_unit: str | None = None
+
+
+def _is_pandas(obj: Any, *names: str) -> bool:
+    """Whether ``obj`` is one of the pandas classes ``names`` (without importing pandas)."""
+    cls = type(obj)
+    return cls.__module__.split(".")[0] == "pandas" and any(
+        c.__name__ in names for c in cls.__mro__
+    )
+
+
+def _is_dataarray(obj: Any) -> bool:
+    cls = type(obj)
+    return cls.__module__.split(".")[0] == "xarray" and cls.__name__ == "DataArray"
+
+
+def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str | None]:
+    """Times as floats: ``(t, origin, unit)``; datetimes and durations counted from the first.
+
+    Parameters
+    ----------
+    t : array_like
+        Numbers, ``datetime64`` / ``timedelta64`` values, or a pandas index or series of them.
+    time_unit : str, optional
+        Unit of the returned times for datetime or duration axes: a ``numpy.timedelta64``
+        unit (``"s"``, ``"m"``, ``"h"``, ``"D"``, ``"W"``, ...) or a pandas alias (``"min"``).
+        Default: days for datetimes, seconds for durations. Refused for numeric times
+        (they are already in their own unit).
+
+    Returns
+    -------
+    (ndarray, origin, str or None)
+        Float times, the first time point (None for numeric times) and the unit.
+    """
+    if _is_pandas(t, "Index", "Series"):
+        t = t.to_numpy()
+    arr = np.asarray(t)
+    kind = arr.dtype.kind
+    if kind not in "mM":
+        if arr.dtype == object and arr.size and hasattr(arr.flat[0], "year"):
+            arr = arr.astype("datetime64[ns]")  # datetime.datetime / pandas Timestamp objects
+            kind = "M"
+        else:
+            if time_unit is not None:
+                raise ValueError(
+                    "time_unit applies to datetime or timedelta time axes; t is numeric, so "
+                    "it is already in its own unit (rescale t instead)"
+                )
+            return arr, None, None
+    if np.any(np.isnat(arr)):
+        raise ValueError("t contains missing times (NaT)")
+    unit = time_unit or (DATETIME_UNIT if kind == "M" else DURATION_UNIT)
+    step = _unit_step(unit)
+    origin = arr.flat[0] if arr.size else None
+    rel = arr - origin
+    return rel / step, origin, unit
+
+
+def _unit_step(unit: str) -> np.timedelta64:
+    aliases = {"min": "m", "sec": "s", "hour": "h", "day": "D", "days": "D", "week": "W"}
+    code = aliases.get(str(unit), str(unit))
+    try:
+        step = np.timedelta64(1, code)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"time_unit must be a numpy time unit ('s', 'm', 'h', 'D', 'W', 'ms', ...); "
+            f"got {unit!r}"
+        ) from exc
+    if code in ("Y", "M"):
+        raise ValueError(
+            f"time_unit {unit!r} has no fixed length; use 'D' or 'W' and rescale afterwards"
+        )
+    return step
+
+
+def _columns_by_name(columns: Sequence, states: Sequence[str], what: str) -> np.ndarray | None:
+    """Positions of the model's states among labelled columns; None for unlabelled ones."""
+    labels = list(columns)
+    if all(isinstance(c, int | np.integer) for c in labels) and labels == list(range(len(labels))):
+        return None  # a default RangeIndex: positional, like an array
+    names = [str(c) for c in labels]
+    missing = [s for s in states if s not in names]
+    extra = [c for c in names if c not in states]
+    if missing or extra:
+        raise ValueError(
+            f"{what} {names} do not match the model's states {list(states)}"
+            + (f": missing {missing}" if missing else "")
+            + (f"; unknown {extra}" if extra else "")
+            + " (rename them, or pass U.to_numpy() in the state order)"
+        )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what} {names} repeat a name")
+    return np.array([names.index(s) for s in states])
+
+
+def _from_dataframe(U, t, states: Sequence[str]):
+    order = _columns_by_name(U.columns, states, "the DataFrame's columns")
+    values = U.to_numpy(dtype=float, na_value=np.nan)
+    if order is not None:
+        values = values[:, order]
+    return values, (U.index if t is None else t)
+
+
+def _from_dataarray(U, t, states: Sequence[str]):
+    if U.ndim == 1:
+        return U.to_numpy().astype(float), (U[U.dims[0]].to_numpy() if t is None else t)
+    if U.ndim != 2:
+        raise ValueError(f"U must have 2 dims (time, state); the DataArray has {U.dims}")
+    state_dims = [
+        d for d in U.dims if d in U.coords and set(map(str, U[d].to_numpy())) == set(states)
+    ]
+    if len(state_dims) != 1:
+        raise ValueError(
+            f"cannot tell the state dimension of the DataArray with dims {U.dims}: one "
+            f"dimension needs a coordinate holding the model's states {list(states)}"
+        )
+    sdim = state_dims[0]
+    tdim = next(d for d in U.dims if d != sdim)
+    values = U.sel({sdim: list(states)}).transpose(tdim, sdim).to_numpy().astype(float)
+    if t is None:
+        if tdim not in U.coords:
+            raise ValueError(f"the DataArray's dimension {tdim!r} has no time coordinate; pass t")
+        t = U[tdim].to_numpy()
+    return values, t
+
+
+def _labelled(U, t, states: Sequence[str]):
+    """``(values, t)`` from a labelled container, or ``(U, t)`` unchanged."""
+    if _is_pandas(U, "DataFrame"):
+        return _from_dataframe(U, t, states)
+    if _is_pandas(U, "Series"):
+        return U.to_numpy(dtype=float, na_value=np.nan), (U.index if t is None else t)
+    if _is_dataarray(U):
+        return _from_dataarray(U, t, states)
+    if isinstance(U, np.ma.MaskedArray):
+        return np.ma.filled(U.astype(float), np.nan), t
+    return U, t
+
+
+def as_data(
+    t: Any,
+    U: Any,
+    states: Sequence[str],
+    *,
+    time_unit: str | None = None,
+    warn: bool = True,
+) -> ObservedData:
+    """Read ``(t, U)`` as float arrays in the model's state order, leaving out missing rows.
+
+    Parameters
+    ----------
+    t : array_like or None
+        Times: numbers, datetimes or durations (see :func:`as_times`); None to take them
+        from ``U``'s index (DataFrame, Series) or time coordinate (DataArray).
+    U : array_like, DataFrame, Series, DataArray or masked array
+        Observations, one row per time point. Labelled columns or dims are matched to
+        ``states`` by name.
+    states : sequence of str
+        The model's state names, in order.
+    time_unit : str, optional
+        Unit of datetime or duration time axes (default days, resp. seconds).
+    warn : bool, default True
+        Issue a :class:`MissingDataWarning` when rows are left out.
+
+    Returns
+    -------
+    ObservedData
+        ``t`` and ``U`` of the kept rows, the mask of kept rows and the time origin.
+
+    Raises
+    ------
+    ValueError
+        When labels do not match the states, ``t`` is missing and ``U`` has no time axis, or
+        every time point has a missing entry.
+    """
+    U, t = _labelled(U, t, states)
+    if t is None:
+        raise ValueError(
+            "t is missing: pass the time points, or U as a pandas DataFrame/Series (its index) "
+            "or an xarray DataArray with a time coordinate"
+        )
+    t, origin, unit = as_times(t, time_unit)
+    try:
+        U = np.asarray(U, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"U must be numbers; could not read it as floats ({exc})") from exc
+    if U.ndim == 1 and len(states) == 1:
+        U = U[:, None]
+    if U.ndim != 2 or t.ndim != 1 or U.shape[0] != t.shape[0]:
+        # check_data names the shape problem
+        return ObservedData(t, U, np.ones(np.shape(t)[:1], dtype=bool), t, origin, unit)
+    t_given = t
+    missing = np.isnan(U).any(axis=1)
+    kept = ~missing
+    if missing.any():
+        if not kept.any():
+            raise ValueError("every time point has a missing (NaN or masked) entry")
+        if warn:
+            warnings.warn(
+                f"{int(missing.sum())} of {t.size} time points have missing (NaN or masked) "
+                "entries and are left out: the weak form needs every state at a time point",
+                MissingDataWarning,
+                stacklevel=3,
+            )
+        t, U = t[kept], U[kept]
+    return ObservedData(t, U, kept, t_given, origin, unit)

@@ -1,0 +1,201 @@
+"""Hostile and unusual data, one case per test (issue 33): each was a silent wrong answer or an
+unclear error before. Units are covered in depth by ``test_invariance.py``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import pymc_wendy as pw
+from pymc_wendy.model.data import MissingDataWarning, as_data
+
+pd = pytest.importorskip("pandas")
+xr = pytest.importorskip("xarray")
+
+P = pw.get_problem("lotka_volterra")
+DATA = P.simulate(n_points=129, noise_ratio=0.1, seed=0)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return pw.fit(P.model, DATA.t, DATA.U)
+
+
+def _quiet_fit(*args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingDataWarning)
+        return pw.fit(*args, **kwargs)
+
+
+def test_time_in_hundredths_rescales_the_answer(ref):
+    res = pw.fit(P.model, DATA.t * 100, DATA.U)
+    np.testing.assert_allclose(res.x * 100, ref.x, rtol=1e-6)
+
+
+def test_time_in_milliseconds_fits(ref):
+    res = pw.fit(P.model, DATA.t * 1e3, DATA.U)
+    assert res.success
+    np.testing.assert_allclose(res.x * 1e3, ref.x, rtol=1e-6)
+
+
+def test_datetime_index_is_a_time_axis(ref):
+    when = pd.Timestamp("2020-01-01") + pd.to_timedelta(DATA.t, unit="D")
+    res = pw.fit(P.model, when, DATA.U)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)
+
+
+def test_timedelta_axis_defaults_to_seconds(ref):
+    res = pw.fit(P.model, pd.to_timedelta(DATA.t, unit="s"), DATA.U)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)
+
+
+def test_time_unit_with_numeric_times_is_refused():
+    with pytest.raises(ValueError, match="time_unit applies to datetime"):
+        pw.fit(P.model, DATA.t, DATA.U, time_unit="h")
+
+
+def test_unknown_time_unit_is_refused():
+    when = pd.Timestamp("2020-01-01") + pd.to_timedelta(DATA.t, unit="D")
+    with pytest.raises(ValueError, match="time_unit must be"):
+        pw.fit(P.model, when, DATA.U, time_unit="fortnights")
+
+
+def test_missing_time_is_refused():
+    when = pd.Series(pd.Timestamp("2020-01-01") + pd.to_timedelta(DATA.t, unit="D"))
+    when[3] = pd.NaT
+    with pytest.raises(ValueError, match="NaT"):
+        pw.fit(P.model, when, DATA.U)
+
+
+def test_tiny_data_keep_their_standard_errors(ref):
+    res = pw.fit(P.model, DATA.t, DATA.U * 1e-12)
+    np.testing.assert_allclose(res.stderr[[0, 2]], ref.stderr[[0, 2]], rtol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e150, 1e300, 1e-150])
+def test_data_beyond_double_precision_get_a_clear_error(scale):
+    with pytest.raises(ValueError, match="rescale the data"):
+        pw.fit(P.model, DATA.t, DATA.U * scale)
+
+
+def test_time_beyond_double_precision_gets_a_clear_error():
+    with pytest.raises(ValueError, match="express t in another unit"):
+        pw.fit(P.model, DATA.t * 1e200, DATA.U)
+
+
+def test_dataframe_columns_are_matched_by_name(ref):
+    df = pd.DataFrame({"y": DATA.U[:, 1], "x": DATA.U[:, 0]}, index=DATA.t)
+    res = pw.fit(P.model, None, df)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-12)
+
+
+def test_dataframe_with_other_column_names_is_refused():
+    df = pd.DataFrame(DATA.U, columns=["prey", "predator"], index=DATA.t)
+    with pytest.raises(ValueError, match=r"missing \['x', 'y'\]; unknown \['prey', 'predator'\]"):
+        pw.fit(P.model, None, df)
+
+
+def test_dataframe_without_labels_is_read_by_position(ref):
+    res = pw.fit(P.model, DATA.t, pd.DataFrame(DATA.U))
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-12)
+
+
+def test_dataarray_dims_are_used_by_name(ref):
+    da = xr.DataArray(
+        DATA.U.T, dims=("species", "time"), coords={"species": ["x", "y"], "time": DATA.t}
+    )
+    res = pw.fit(P.model, None, da)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-12)
+
+
+def test_dataarray_without_state_coordinate_is_refused():
+    da = xr.DataArray(DATA.U, dims=("time", "state"), coords={"time": DATA.t})
+    with pytest.raises(ValueError, match="cannot tell the state dimension"):
+        pw.fit(P.model, None, da)
+
+
+def test_missing_times_are_required():
+    with pytest.raises(ValueError, match="t is missing"):
+        pw.fit(P.model, None, DATA.U)
+
+
+def test_masked_outlier_is_not_used():
+    U = np.ma.masked_array(DATA.U.copy(), mask=np.zeros(DATA.U.shape, dtype=bool))
+    U[40, 0] = 999.0
+    U[40, 0] = np.ma.masked
+    with pytest.warns(MissingDataWarning, match="1 of 129 time points"):
+        res = pw.fit(P.model, DATA.t, U)
+    keep = np.arange(DATA.t.size) != 40
+    expected = pw.fit(P.model, DATA.t[keep], DATA.U[keep])
+    np.testing.assert_allclose(res.x, expected.x, rtol=1e-12)
+
+
+def test_nan_entries_leave_their_time_points_out():
+    U = DATA.U.copy()
+    U[[10, 70], [1, 0]] = np.nan
+    res = _quiet_fit(P.model, DATA.t, U)
+    keep = ~np.isin(np.arange(DATA.t.size), [10, 70])
+    expected = pw.fit(P.model, DATA.t[keep], DATA.U[keep])
+    np.testing.assert_allclose(res.x, expected.x, rtol=1e-12)
+    assert res.t.size == 127
+
+
+def test_all_rows_missing_is_refused():
+    U = DATA.U.copy()
+    U[:, 0] = np.nan
+    with pytest.raises(ValueError, match="every time point has a missing"):
+        pw.fit(P.model, DATA.t, U)
+
+
+def test_infinite_data_stay_an_error():
+    U = DATA.U.copy()
+    U[5, 1] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        pw.fit(P.model, DATA.t, U)
+
+
+def test_as_data_reports_what_was_kept():
+    U = DATA.U[:5].copy()
+    U[2, 0] = np.nan
+    out = as_data(DATA.t[:5], U, ("x", "y"), warn=False)
+    assert out.kept.tolist() == [True, True, False, True, True]
+    assert out.t_given.size == 5 and out.t.size == 4
+
+
+def test_several_data_sets_in_one_term_get_a_clear_error():
+    pm = pytest.importorskip("pymc")
+    with pm.Model():
+        p = pm.Normal("p", P.p_true, 1.0)
+        with pytest.raises(ValueError, match="give each experiment its own"):
+            pw.WeakODELikelihood("U", ode=P.model, params=p, t=DATA.t, observed=[DATA.U, DATA.U])
+
+
+def test_distribution_reads_a_dataframe_with_its_index():
+    pm = pytest.importorskip("pymc")
+    df = pd.DataFrame({"y": DATA.U[:, 1], "x": DATA.U[:, 0]}, index=DATA.t)
+    with pm.Model() as model:
+        p = pm.Normal("p", P.p_true, 1.0)
+        pw.WeakODELikelihood("U", ode=P.model, params=p, observed=df)
+    likelihood = model["U"].owner.op.likelihood
+    np.testing.assert_array_equal(likelihood.U, DATA.U)
+
+
+def test_short_series_gets_enough_weak_residuals():
+    """21 points: WENDy's corner rule gave 1-2 test functions for 4 parameters (16 of 50
+    fits failed); the short-series rule gives at least 2 J weak residuals."""
+    d = P.simulate(n_points=21, noise_ratio=0.05, seed=0)
+    lik = pw.WeakLikelihood(P.model, d.t, d.U, sigma=d.sigma)
+    assert lik.test_functions.K * 2 >= 2 * P.model.n_params
+    default = pw.build_test_functions(d.t, d.U)
+    assert default.K * 2 < 2 * P.model.n_params  # what the rule replaced
+
+
+def test_noise_estimate_from_a_short_series_warns():
+    d = P.simulate(n_points=21, noise_ratio=0.05, seed=0)
+    with pytest.warns(pw.ShortSeriesWarning, match="estimated from 21 time points"):
+        pw.WeakLikelihood(P.model, d.t, d.U)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pw.ShortSeriesWarning)
+        pw.WeakLikelihood(P.model, d.t, d.U, sigma=d.sigma)

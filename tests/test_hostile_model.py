@@ -1,0 +1,107 @@
+"""Hostile input to sampling, inputs and simulation (issue 33, item 8): each case fails early
+with an error naming the problem, or works, never a traceback from deep inside a library."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_wendy as pw
+from pymc_wendy.bayes import sampling
+from pymc_wendy.bayes.distribution import WeakODELikelihood
+from pymc_wendy.model.inputs import Input
+
+# a first-order model with one input: solves and fits take milliseconds
+_FORCED = pw.ODEModel(lambda t, u, p, w: [-p[0] * u[0] + w[0]], ["x"], ["a"], inputs=["w"])
+
+
+def _tiny_model() -> pm.Model:
+    P = pw.get_problem("logistic")
+    d = P.simulate(n_points=33, noise_ratio=0.05, seed=0)
+    with pm.Model() as model:
+        p = pm.Normal("p", 0, 10, shape=P.model.n_params)
+        WeakODELikelihood("U", ode=P.model, params=p, t=d.t, observed=d.U)
+    return model
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"chains": 0}, "chains must be at least 1"),  # was ZeroDivisionError from PyMC
+        ({"draws": -5}, "draws must be at least"),  # was OverflowError from nutpie
+        ({"tune": -1}, "tune must be at least 0"),
+        ({"cores": 0}, "cores must be at least 1"),
+        ({"chains": 2.5}, "chains must be an integer"),
+        ({"draws": "10"}, "draws must be an integer"),
+    ],
+)
+def test_sample_rejects_bad_counts_before_any_work(monkeypatch, kwargs, match):
+    def reached(*args, **kw):
+        raise AssertionError("the counts were not checked before the WENDy fit")
+
+    # the checks must come before the starting values (and so before any compilation)
+    monkeypatch.setattr(sampling, "initial_values", reached)
+    model = _tiny_model()
+    for sampler in (pw.sample, pw.sample_sft):
+        kw = {"draws": 10, **kwargs}
+        with pytest.raises(ValueError, match=match):
+            sampler(kw.pop("draws"), model=model, progressbar=False, **kw)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"chains": 2.5}, {"cores": 1.5}, {"tune": "5"}, {"draws": 2.5}, {"max_treedepth": 0}],
+)
+def test_sample_sft_does_not_truncate_or_accept_bad_counts(kwargs):
+    # these ran before, silently with int(2.5) = 2 chains or trees of depth 0
+    kwargs = {"draws": 10, **kwargs}
+    with pytest.raises(ValueError, match=next(iter(k for k in kwargs if k != "draws"), "draws")):
+        pw.sample_sft(kwargs.pop("draws"), model=_tiny_model(), progressbar=False, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("fn", "match"),
+    [
+        (lambda s: np.stack([s, s], axis=-1), r"returned shape \(\d+, 2\)"),  # two in one
+        (lambda s: 1.0 if s < 1 else 0.0, "must be vectorised"),  # written for scalars
+        (lambda s: float(np.exp(-s)), "must be vectorised"),
+    ],
+)
+def test_input_callable_of_the_wrong_shape_is_named(fn, match):
+    t = np.linspace(0, 4, 41)
+    with pytest.raises(ValueError, match=f"input 'w' .*{match}"):
+        pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs={"w": fn})
+    U = pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs={"w": np.sin}, noise_ratio=0.01, seed=0).U
+    with pytest.raises(ValueError, match=f"input 'w' .*{match}"):
+        pw.fit(_FORCED, t, U, inputs={"w": fn})
+
+
+def test_input_callable_column_or_constant_is_read_as_one_value_per_time():
+    t = np.linspace(0, 2, 5)
+    assert np.array_equal(Input(lambda s: s[:, None])(t), t)
+    assert np.array_equal(Input(lambda s: 2.0)(t), np.full(5, 2.0))
+    assert float(Input(lambda s: np.atleast_1d(s) * 3)(np.float64(1.0))) == 3.0
+
+
+def test_simulate_accepts_an_input_on_a_grid():
+    # a ramp on a grid, read linearly in between, is the callable 0.5 t
+    t = np.linspace(0, 4, 41)
+    grid = Input(0.5 * t[::4], t=t[::4])
+    on_grid = pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs={"w": grid})
+    exact = pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs={"w": lambda s: 0.5 * s})
+    np.testing.assert_allclose(on_grid.U_true, exact.U_true, rtol=1e-8, atol=1e-10)
+    assert on_grid.inputs["w"] is grid
+    # held values: a step at t = 2, the same as a pulse from 2 on
+    step = Input([0.0, 1.0, 1.0], t=[0.0, 2.0, 4.0], kind="constant")
+    held = pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs=step)
+    pulse = pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs=Input.pulse(2.0, 10.0))
+    np.testing.assert_allclose(held.U_true, pulse.U_true, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match=r"Input\(values, t=times\)"):
+        pw.simulate(_FORCED, [1.0], [0.5], t=t, inputs={"w": 0.5 * t})
+    with pytest.raises(ValueError, match="defined on"):
+        pw.simulate(_FORCED, [1.0], [0.5], t_span=(0, 8), inputs=grid)
+
+
+def test_simulate_refuses_inputs_for_a_model_without_inputs():
+    logistic = pw.get_problem("logistic").model
+    with pytest.raises(ValueError, match="no inputs"):  # they were silently ignored
+        pw.simulate(logistic, [1.0, 1.0], [0.1], t_span=(0, 5), inputs={"w": np.sin})

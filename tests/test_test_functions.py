@@ -232,7 +232,9 @@ def test_error_surrogate_is_the_imaginary_part_of_one_dft_mode():
         rows = np.zeros((M - 2 * n + 1, M + 1))
         for k in range(rows.shape[0]):
             rows[k, k : k + 2 * n + 1] = stencil / np.linalg.norm(stencil)
-        modes = np.fft.fft(rows[:, None, :] * U.T[None, :, :], axis=-1)[..., ix]
+        # each state at unit root mean square (units must not move the choice)
+        Un = U / np.sqrt(np.mean(U**2, axis=0))
+        modes = np.fft.fft(rows[:, None, :] * Un.T[None, :, :], axis=-1)[..., ix]
         assert error == pytest.approx(np.linalg.norm(modes.imag), rel=1e-10)
 
 

@@ -199,3 +199,21 @@ def test_noise_estimate_from_a_short_series_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error", pw.ShortSeriesWarning)
         pw.WeakLikelihood(P.model, d.t, d.U, sigma=d.sigma)
+
+
+def test_time_unit_without_fixed_length_is_refused():
+    when = pd.Timestamp("2020-01-01") + pd.to_timedelta(DATA.t, unit="D")
+    with pytest.raises(ValueError, match="no fixed length"):
+        pw.fit(P.model, when, DATA.U, time_unit="Y")
+
+
+def test_dataframe_with_a_repeated_state_column_is_refused():
+    df = pd.DataFrame(np.column_stack([DATA.U, DATA.U[:, 0]]), index=DATA.t)
+    df.columns = ["x", "y", "x"]
+    with pytest.raises(ValueError, match="repeat a name"):
+        pw.fit(P.model, None, df)
+
+
+def test_radius_range_stays_checked():
+    with pytest.raises(ValueError, match="radius_range must be increasing"):
+        pw.build_test_functions(DATA.t, DATA.U, radius_range=(0.5, 0.1))

@@ -228,14 +228,13 @@ def _validate_selection_options(
     per_candidate: int,
     subsample_rate: float,
 ) -> None:
-    if radius_range is None:
-        radius_range = (1.0, 1.0)  # only the other options to check
-    if len(radius_range) != 2:
-        raise ValueError(f"radius_range must be (min, max), got {radius_range!r}")
-    lo = check_positive("radius_range[0]", radius_range[0])
-    hi = check_positive("radius_range[1]", radius_range[1])
-    if hi < lo:
-        raise ValueError(f"radius_range must be increasing, got {radius_range!r}")
+    if radius_range is not None:
+        if len(radius_range) != 2:
+            raise ValueError(f"radius_range must be (min, max), got {radius_range!r}")
+        lo = check_positive("radius_range[0]", radius_range[0])
+        hi = check_positive("radius_range[1]", radius_range[1])
+        if hi < lo:
+            raise ValueError(f"radius_range must be increasing, got {radius_range!r}")
     if int(n_candidates) < 1 or int(per_candidate) < 1:
         raise ValueError(
             f"n_candidates and per_candidate must be >= 1, got {n_candidates}, {per_candidate}"

@@ -285,7 +285,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "coverage" and args.report and not args.store:
         parser.error("--report reads a study: give its --store")
     if args.command == "coverage":
-        return _coverage(args)
+        try:
+            return _coverage(args)
+        except (ValueError, OSError) as exc:  # bad settings or store: a message, no traceback
+            print(f"pymc-wendy coverage: error: {exc}", file=sys.stderr)
+            return 1
     if args.command == "demo":
         return demo(
             args.problem, args.points, args.noise, args.seed, args.draws, args.tune,

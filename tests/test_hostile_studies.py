@@ -210,3 +210,18 @@ def test_workers_end_when_the_study_is_killed(tmp_path):
         for k in kids:
             if _alive(k):
                 os.kill(k, signal.SIGKILL)
+
+
+def test_command_line_study_errors_are_messages_not_tracebacks(finished, tmp_path, capsys):
+    """A store that does not exist, or holds another study, ends the command with a one-line
+    error naming the store (exit 1), not a traceback."""
+    assert main(["coverage", "--report", "--store", str(tmp_path / "nowhere")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("pymc-wendy coverage: error:") and "nowhere" in err
+    assert "Traceback" not in err
+    store = tmp_path / "copy"
+    shutil.copytree(finished, store)
+    argv = ["coverage", "--methods", "wls", "--noise", "0.1", "--points", "65", "--seed", "5"]
+    assert main([*argv, "--store", str(store), "--workers", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "different settings" in err and str(store) in err

@@ -74,6 +74,11 @@ def test_datetime_axis_counts_days_from_the_first_point():
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)
     hours = pw.fit(P.model, pd.DatetimeIndex(when), DATA.U, time_unit="h")
     np.testing.assert_allclose(hours.x * 24.0, ref.x, rtol=1e-6)
+    # the result says how its numeric times map back to the user's
+    assert (res.time_origin, res.time_unit) == (np.datetime64("2021-03-01"), "D")
+    assert hours.time_unit == "h" and ref.time_unit is None and ref.time_origin is None
+    back = hours.time_origin + np.round(hours.t * 3600).astype("timedelta64[s]")
+    np.testing.assert_array_equal(back, when.values.astype("datetime64[s]"))
 
 
 def test_posterior_rescales_within_monte_carlo_error():

@@ -40,7 +40,7 @@ from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
-from pymc_wendy.weak.likelihood import Noise, ShortSeriesWarning, WeakLikelihood
+from pymc_wendy.weak.likelihood import SHORT_SERIES, Noise, ShortSeriesWarning, WeakLikelihood
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
@@ -155,13 +155,16 @@ class WeakODELikelihood(Distribution):
         The data (required: the likelihood is built from them). Labelled columns or dims are
         matched to the model's states by name; time points with missing (NaN or masked)
         entries are left out, so the observed variable holds the kept rows.
-    sigma : None, float, array of shape (D,), or tensor
+    sigma : None, "filter", "residual", float, array of shape (D,), or tensor
         Noise standard deviation per state (of ``log U`` for log-normal noise).
-        ``None``: estimated once from the data (WENDy) and then treated as known.
+        ``None``: estimated once and then treated as known: by the high-order filter
+        (WENDy) on series of 64 points or more, as with ``"residual"`` on shorter ones (the
+        filter's estimate if the forward solve fails, with a warning).
+        ``"filter"``: the filter's estimate whatever the length.
         ``"residual"``: estimated once from the residuals of the ODE solution at the
         WENDy-MLE (:func:`~pymc_wendy.estimators.output_error.residual_noise`, as ``fit(...,
         sigma="residual")``) and then treated as known: the better choice for short series
-        and forced models (``docs/higher_order.md``).
+        and forced models (``docs/data.md``, ``docs/higher_order.md``).
         A number or array: known. A random variable (or any symbolic tensor, scalar or (D,)):
         inferred jointly with ``params``; the gradient with respect to it is analytic.
     noise : {"normal", "lognormal"}
@@ -322,11 +325,16 @@ def _likelihood(
 ):
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
-    residual = isinstance(sigma, str)
-    if residual and sigma != "residual":
+    if isinstance(sigma, str) and sigma not in ("residual", "filter"):
         raise ValueError(
-            f"sigma must be a number, an array, a tensor, None or 'residual'; got {sigma!r}"
+            f"sigma must be a number, an array, a tensor, None, 'filter' or 'residual'; got "
+            f"{sigma!r}"
         )
+    if isinstance(sigma, str) and sigma == "filter":
+        sigma, auto = None, False
+    else:
+        auto = sigma is None
+    residual = isinstance(sigma, str)
 
     def build(s):
         return WeakLikelihood(
@@ -337,12 +345,29 @@ def _likelihood(
     with warnings.catch_warnings():
         if _is_symbolic(sigma) or residual:  # the filter's estimate is only a start here
             warnings.simplefilter("ignore", ShortSeriesWarning)
+        if auto:  # the short-series default below replaces the filter's estimate
+            warnings.simplefilter("ignore", ShortSeriesWarning)
         lik = build(None if _is_symbolic(sigma) or residual else sigma)
-    if residual:  # the noise of the forward residuals at the WENDy-MLE (fit(sigma="residual"))
+    if auto and lik.t.size >= SHORT_SERIES:
+        return lik
+    if residual or auto:  # the noise of the forward residuals at the WENDy-MLE
         from pymc_wendy.estimators import fit
         from pymc_wendy.estimators.output_error import residual_noise
 
-        lik = build(residual_noise(lik, fit(lik).x, solver=None).sigma)
+        try:
+            s = residual_noise(lik, fit(lik).x, solver=None).sigma
+        except SimulationError as exc:
+            if not auto:
+                raise
+            warnings.warn(
+                f"the noise level of this short series ({lik.t.size} points) could not be "
+                f"estimated from forward residuals (the ODE solve failed: {exc}); the "
+                "filter's estimate is used, which is unreliable on short series: pass sigma=",
+                ShortSeriesWarning,
+                stacklevel=4,
+            )
+            return lik
+        lik = build(s)
     return lik
 
 

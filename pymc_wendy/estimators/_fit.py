@@ -16,10 +16,11 @@ from pymc_wendy.estimators.identifiability import assess
 from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
+from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
-from pymc_wendy.weak.likelihood import Noise, ShortSeriesWarning, WeakLikelihood
+from pymc_wendy.weak.likelihood import SHORT_SERIES, Noise, ShortSeriesWarning, WeakLikelihood
 from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["fit"]
@@ -84,10 +85,14 @@ def fit(
         points are drawn from.
     noise : {"normal", "lognormal"}
         Additive Gaussian or multiplicative log-normal noise.
-    sigma : float, array (D,) or "residual", optional
+    sigma : float, array (D,), "filter" or "residual", optional
         Noise standard deviation per state (of ``log U`` for log-normal noise), finite and
-        > 0 (zero, negative or NaN is a ValueError); estimated
-        from the data with the high-order filter when omitted. For several experiments, a
+        > 0 (zero, negative or NaN is a ValueError). When omitted, estimated from the data:
+        with the high-order filter (``"filter"``) on series of 64 points or more and for
+        several experiments; as with ``"residual"`` on a shorter series of one experiment
+        (the filter over- or underestimates the noise there: ``docs/data.md``), falling
+        back to the filter, with a :class:`~pymc_wendy.ShortSeriesWarning`, if the forward
+        solve fails. For several experiments, a
         scalar for all, or a list with one entry (None, scalar or (D,)) per experiment.
         ``"residual"`` (one experiment): fit with the filter's estimate, estimate the noise
         from the residuals of the ODE solution at that fit (output error's own initial
@@ -160,7 +165,12 @@ def fit(
     start_time = time.perf_counter()
     estimator = registry.get(method)
     _check_sigma(model, sigma)
-    if isinstance(sigma, str):
+    data = _one_experiment(model, t, U, time_unit)
+    if sigma is None and data is not None and data.t.size < SHORT_SERIES:
+        sigma = _AUTO_RESIDUAL
+    if isinstance(sigma, str) and sigma == "filter":
+        sigma = None
+    elif isinstance(sigma, str):
         return _fit_residual_noise(
             estimator, model, t, U, sigma, dict(
                 p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
@@ -197,6 +207,8 @@ def fit(
         )
     res = estimator.run(problem)
     assess(res, problem.bounds)
+    if data is not None:
+        res.time_origin, res.time_unit = data.origin, data.time_unit
     res.wall_time = time.perf_counter() - start_time
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
@@ -231,16 +243,38 @@ def _check_sigma(model, sigma) -> None:
             )
 
 
+# sigma=None on a short series: the residual estimate, or the filter's if a forward solve fails
+_AUTO_RESIDUAL = "auto-residual"
+
+
+def _one_experiment(model, t, U, time_unit) -> ObservedData | None:
+    """The data of one experiment of an ODE model as the fit will see them (kept rows, time
+    origin and unit); None for a likelihood or several experiments. Bad data are left for
+    the fit itself to report."""
+    if not isinstance(model, ODEModel) or isinstance(t, list | tuple) or isinstance(U, list):
+        return None
+    try:
+        with warnings.catch_warnings():  # reported again by the fit itself
+            warnings.simplefilter("ignore", MissingDataWarning)
+            return as_data(t, U, model.states, time_unit=time_unit)
+    except (ValueError, TypeError):
+        return None
+
+
 def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_time) -> FitResult:
     """``fit(..., sigma="residual")``: fit, re-estimate the noise from the forward residuals
-    at the estimate, fit again from there."""
-    if sigma != "residual":
-        raise ValueError(f"sigma must be a number, an array, None or 'residual'; got {sigma!r}")
+    at the estimate, fit again from there. The default on short series, where a failed
+    forward solve falls back to the filter's estimate with a warning instead of an error."""
+    auto = sigma == _AUTO_RESIDUAL
+    if sigma not in ("residual", _AUTO_RESIDUAL):
+        raise ValueError(
+            f"sigma must be a number, an array, None, 'filter' or 'residual'; got {sigma!r}"
+        )
     if not isinstance(model, ODEModel) or isinstance(t, list | tuple):
         raise ValueError("sigma='residual' needs an ODEModel and the data of one experiment (t, U)")
     with warnings.catch_warnings():  # the filter's estimate is only the first step here
         warnings.simplefilter("ignore", ShortSeriesWarning)
-        first = fit(model, t, U, estimator.name, sigma=None, **kwargs)
+        first = fit(model, t, U, estimator.name, sigma="filter", **kwargs)
     # output error has its own initial state; the weak-form estimators leave it free, and it
     # is fitted to all the data
     u0 = first.u0
@@ -250,6 +284,16 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
             model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0
         )
     except SimulationError as exc:
+        if auto:
+            warnings.warn(
+                f"the noise level of this short series ({first.t.size} points) could not be "
+                f"estimated from forward residuals (the ODE solve failed: {exc}); the "
+                "filter's estimate is used, which is unreliable on short series: pass sigma=",
+                ShortSeriesWarning,
+                stacklevel=3,
+            )
+            first.wall_time = time.perf_counter() - start_time
+            return first
         raise SimulationError(
             f"sigma='residual': the ODE solve at the first estimate failed ({exc}); pass sigma"
         ) from exc
@@ -267,5 +311,30 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
         "u0": est.u0,
         "dof": est.dof,
     }
+    _check_reproduces_data(res, X, est.sigma)
     res.wall_time = time.perf_counter() - start_time
     return res
+
+
+def _check_reproduces_data(res: FitResult, X: np.ndarray, residual_sd: np.ndarray) -> None:
+    """An estimate whose ODE solution explains none of a state's variation (forward
+    residuals as large as the data's own spread) is no fit: on Lotka-Volterra with 11 points
+    (3 per period) the weak form returns near-zero parameters 9 standard errors from the
+    truth, which only this shows."""
+    spread = np.std(X, axis=0, ddof=1)
+    bad = np.flatnonzero(residual_sd >= spread)
+    if bad.size == 0:
+        return
+    names = ", ".join(res.model.states[i] for i in bad)
+    reason = (
+        f"the ODE solution at the estimate explains none of the variation of {names} "
+        f"(residual sd {np.array2string(residual_sd[bad], precision=3)} >= data sd "
+        f"{np.array2string(spread[bad], precision=3)}): the time points may be too sparse for "
+        "the dynamics (the weak form's integrals need several points per oscillation or "
+        "transient), or the model does not describe the data"
+    )
+    if res.success:
+        res.success = False
+        res.status = "no_fit"
+        res.message = f"{reason} (estimator: {res.message})"
+        warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=4)

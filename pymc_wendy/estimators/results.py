@@ -151,7 +151,12 @@ class FitResult:
     likelihood : WeakLikelihood, JointLikelihood or None
         The weak likelihood (test functions, data, noise); None for pure output error.
     t, U : ndarray, or tuples of arrays
-        The data; a tuple with one array per experiment for several.
+        The data; a tuple with one array per experiment for several. Times given as
+        datetimes or durations are numbers here: ``time_origin + t * time_unit``.
+    time_origin, time_unit : datetime64 / timedelta64 and str, or None
+        Where the numeric times ``t`` start and their unit (``"D"``, ``"s"``, ...), when the
+        data came with datetime or duration times (one experiment); None otherwise. The
+        parameters are in ``1 / time_unit`` (rates per day for ``"D"``).
     covariances : dict
         Covariances the estimator computed itself, by kind (``{"oe": ...}`` for output
         error); the weak-form kinds are computed on demand from ``likelihood``.
@@ -197,6 +202,8 @@ class FitResult:
     inputs: dict | tuple = field(default=(), repr=False)
     covariances: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     identifiability: Identifiability | None = field(default=None, repr=False)
+    time_origin: Any = field(default=None, repr=False)
+    time_unit: str | None = field(default=None, repr=False)
     _cov_cache: dict = field(default_factory=dict, repr=False)
 
     # --- identity ------------------------------------------------------------------------

@@ -30,15 +30,21 @@ def noise_filter(order: int = 6, half_width: int = 8) -> np.ndarray:
     return w
 
 
-def estimate_noise(U: np.ndarray, *, order: int = 6, half_width: int = 8) -> np.ndarray:
+def estimate_noise(
+    U: np.ndarray, *, order: int | None = None, half_width: int | None = None
+) -> np.ndarray:
     """Estimate the per-state noise standard deviation of ``U`` (rows = time points).
 
     Parameters
     ----------
     U : array, shape (M+1, D)
         Data on a uniform (or smoothly varying) grid; the stencil is applied in index space.
-    order, half_width : int
-        Derivative order and half-width of the stencil (defaults as WENDy.jl).
+    order, half_width : int, optional
+        Derivative order and half-width of the stencil. Default: WENDy.jl's 6 and 8 (17
+        points); on series shorter than 19 points the widest stencil that leaves 3 filtered
+        values, of order at most ``2 half_width`` (at 7 points, 5 points of order 4). Such
+        estimates are rough: the short-series default of :func:`~pymc_wendy.fit` uses them
+        only to start from (``docs/data.md``).
 
     Returns
     -------
@@ -50,6 +56,16 @@ def estimate_noise(U: np.ndarray, *, order: int = 6, half_width: int = 8) -> np.
         U = U[:, None]
     if U.ndim != 2:
         raise ValueError(f"U must be 2-D (time points x states); got shape {U.shape}")
+    if order is None and half_width is None:
+        half_width = min(8, (U.shape[0] - 3) // 2)
+        order = min(6, 2 * half_width)
+        if half_width < 2:
+            raise ValueError(
+                f"noise estimation needs at least 7 time points; got {U.shape[0]} "
+                "(give sigma explicitly)"
+            )
+    order = 6 if order is None else order
+    half_width = 8 if half_width is None else half_width
     w = noise_filter(order, half_width)
     if U.shape[0] < w.size:
         raise ValueError(

@@ -87,7 +87,9 @@ def build_test_functions(
         Shape parameter of the bump (default 9.0); only with ``family="bump"``.
     min_points : float, default 4
         Floor on the automatically selected minimum radius, in grid spacings (largest
-        spacing on a non-uniform grid), as long as the largest multiple still fits. On coarse
+        spacing on a non-uniform grid), as long as it fits (multiples that then do not fit
+        are left out, rather than every radius shrunk; with a given ``radius_range``, as
+        long as the largest multiple fits). On coarse
         grids the corner rule can pick a radius of 2 spacings, whose bumps the trapezoid rule
         integrates badly: on FitzHugh-Nagumo with 129 points and 10 % noise that doubled the
         coefficient error (17 % against 8 % with the floor). Not applied to a given
@@ -204,7 +206,12 @@ def _searched_radii(
     selection = select_min_radius(grid.t, U, family=family, **options)
     radius_range = options.get("radius_range")
     r_max = max_radius_points(grid, radius_range) * grid.unit
-    r_min = max(selection.radius, min(min_points * grid.unit, r_max / np.max(mult)))
+    # By default the floor holds even where the largest multiples then do not fit (they are
+    # dropped): on short series, shrinking every radius to fit them costs more in quadrature
+    # error than the extra radii give (docs/data.md, "Short series"). A given radius_range
+    # (WENDy.jl's, say) keeps the earlier rule, capped so the largest multiple fits.
+    cap = r_max if radius_range is None else r_max / np.max(mult)
+    r_min = max(selection.radius, min(min_points * grid.unit, cap))
     used = _radii_from_min(grid, r_min, mult, r_max, strict=True)
     if used.size == 0:
         used = np.array([r_max])

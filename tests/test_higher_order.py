@@ -370,7 +370,7 @@ def test_fit_with_residual_noise():
     assert traj.shape == (21, 1)
     assert np.sqrt(np.mean((traj - d.U_true) ** 2)) < d.sigma[0]
     with pytest.raises(ValueError, match="'residual'"):
-        pw.fit(HEAD.model, d.t, d.U, inputs=d.inputs, sigma="filter")
+        pw.fit(HEAD.model, d.t, d.U, inputs=d.inputs, sigma="smoothed")
     with pytest.raises(ValueError, match="one experiment"):
         pw.fit(HEAD.model, [d.t, d.t], [d.U, d.U], inputs=[d.inputs] * 2, sigma="residual")
 

@@ -46,6 +46,9 @@ DEFAULT_SOLVER: dict = {"method": "LSODA", "rtol": 1e-7, "atol": 1e-9, "max_nfev
 # Residual reported for a trial point whose solve failed: large enough that the optimiser
 # rejects the step, finite so that it can.
 _FAILED_RESIDUAL = 1e8
+# Multiple of the data's largest absolute value beyond which a trial initial state's solution
+# counts as diverged (:class:`_InitialState`).
+_DIVERGED = 1e3
 
 
 @dataclass
@@ -311,14 +314,23 @@ class _InitialState:
         self.rhs, self.jac, self.breaks = vector_field(model, np.asarray(p, float), inputs, t)
         self.n0 = len(model.companion_states)
         self._cache: tuple | None = None
+        # A trial start whose solution runs far beyond the data (a logistic curve from a
+        # negative start blows up) cannot fit them: stop its solve there rather than after
+        # max_nfev steps (seconds per trial on a 41-point series otherwise).
+        size = np.exp(X[:n]) if self.log else X[:n]
+        self.bound = _DIVERGED * max(float(np.max(np.abs(size))), np.finfo(float).tiny)
 
     def _solve(self, x0: np.ndarray):
         if self._cache is not None and np.array_equal(self._cache[0], x0):
             return self._cache[1:]
         n0, rhs, jac = self.n0, self.rhs, self.jac
 
+        bound = self.bound
+
         def augmented(s, y):
             u = y[:n0]
+            if not np.max(np.abs(u)) <= bound:  # also NaN
+                raise FloatingPointError(f"the solution left |u| <= {bound:.3g} at t = {s:.6g}")
             return np.concatenate([rhs(s, u), (jac(s, u) @ y[n0:].reshape(n0, n0)).ravel()])
 
         u0 = np.exp(x0) if self.log else x0

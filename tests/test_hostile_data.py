@@ -285,3 +285,22 @@ def test_weak_ode_likelihood_short_series_default_is_the_residual_noise():
     np.testing.assert_allclose(sig["default"], sig["residual"], rtol=1e-12)
     np.testing.assert_allclose(sig["residual"], pw.fit(lg.model, d.t, d.U).sigma, rtol=1e-6)
     assert not np.allclose(sig["filter"], sig["residual"])
+
+
+def test_short_series_falls_back_to_the_filter_when_the_solve_fails(monkeypatch):
+    from pymc_wendy.estimators import _fit
+    from pymc_wendy.model.simulate import SimulationError
+
+    def failing(*args, **kwargs):
+        raise SimulationError("blew up")
+
+    monkeypatch.setattr(_fit, "residual_noise_of_data", failing)
+    lg = pw.get_problem("logistic")
+    d = lg.simulate(n_points=21, noise_ratio=0.1, seed=4)
+    with pytest.warns(pw.ShortSeriesWarning, match="could not be estimated from forward"):
+        res = pw.fit(lg.model, d.t, d.U)
+    with pytest.warns(pw.ShortSeriesWarning):
+        filt = pw.fit(lg.model, d.t, d.U, sigma="filter")
+    np.testing.assert_array_equal(res.x, filt.x)
+    with pytest.raises(SimulationError, match="sigma='residual'"):  # asked for: an error
+        pw.fit(lg.model, d.t, d.U, sigma="residual")

@@ -40,7 +40,13 @@ from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
-from pymc_wendy.weak.likelihood import SHORT_SERIES, Noise, ShortSeriesWarning, WeakLikelihood
+from pymc_wendy.weak.likelihood import (
+    SHORT_SERIES,
+    Noise,
+    ShortSeriesWarning,
+    WeakLikelihood,
+    warn_filter_fallback,
+)
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
@@ -359,13 +365,7 @@ def _likelihood(
         except SimulationError as exc:
             if not auto:
                 raise
-            warnings.warn(
-                f"the noise level of this short series ({lik.t.size} points) could not be "
-                f"estimated from forward residuals (the ODE solve failed: {exc}); the "
-                "filter's estimate is used, which is unreliable on short series: pass sigma=",
-                ShortSeriesWarning,
-                stacklevel=4,
-            )
+            warn_filter_fallback(lik.t.size, exc, stacklevel=4)
             return lik
         lik = build(s)
     return lik

@@ -20,7 +20,13 @@ from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
-from pymc_wendy.weak.likelihood import SHORT_SERIES, Noise, ShortSeriesWarning, WeakLikelihood
+from pymc_wendy.weak.likelihood import (
+    SHORT_SERIES,
+    Noise,
+    ShortSeriesWarning,
+    WeakLikelihood,
+    warn_filter_fallback,
+)
 from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["fit"]
@@ -285,13 +291,7 @@ def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_
         )
     except SimulationError as exc:
         if auto:
-            warnings.warn(
-                f"the noise level of this short series ({first.t.size} points) could not be "
-                f"estimated from forward residuals (the ODE solve failed: {exc}); the "
-                "filter's estimate is used, which is unreliable on short series: pass sigma=",
-                ShortSeriesWarning,
-                stacklevel=3,
-            )
+            warn_filter_fallback(first.t.size, exc, stacklevel=3)
             first.wall_time = time.perf_counter() - start_time
             return first
         raise SimulationError(

@@ -45,6 +45,17 @@ class ShortSeriesWarning(UserWarning):
     """The series is too short for what was asked of it (here: estimating the noise)."""
 
 
+def warn_filter_fallback(n_points: int, exc: Exception, stacklevel: int) -> None:
+    """The short-series default (noise from forward residuals) fell back to the filter."""
+    warnings.warn(
+        f"the noise level of this short series ({n_points} points) could not be estimated "
+        f"from forward residuals (the ODE solve failed: {exc}); the filter's estimate is "
+        "used, which is unreliable on short series: pass sigma=",
+        ShortSeriesWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 # the kinds of model the library ships register themselves with the form registry on import
 _SHIPPED_FORMS = (first_order.FirstOrderForm, operator.OperatorForm)
 

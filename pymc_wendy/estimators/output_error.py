@@ -125,9 +125,11 @@ def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndar
 class _Problem:
     """Weighted residuals and their Jacobian, computed together by one sensitivity solve."""
 
-    def __init__(self, model, t, Z, log, weights, solver, inputs=None):
+    def __init__(self, model, t, Z, log, weights, solver, inputs=None, bound=None):
         self.model, self.t, self.Z, self.log, self.w = model, t, Z, log, weights
         self.solver = solver
+        # |u| beyond which a solve counts as diverged and stops (None: no limit)
+        self.bound = bound
         self.operator = model.has_operator_terms
         if self.operator:  # numpy: the inputs are callables of time
             self.inputs = inputs
@@ -151,6 +153,8 @@ class _Problem:
                 rhs, breaks = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
             else:
                 rhs, breaks = (lambda s, y: self.rhs(s, y, p)), None
+            if self.bound is not None:
+                rhs = _bounded(rhs, D, self.bound)
             Y = integrate(
                 rhs,
                 y0,
@@ -183,6 +187,18 @@ class _Problem:
 
     def jacobian(self, theta):
         return self._solve(theta)[1]
+
+
+def _bounded(rhs, n: int, bound: float):
+    """``rhs`` that stops the solve (a :class:`SimulationError` through ``integrate``) once
+    the first ``n`` components leave ``|u| <= bound``."""
+
+    def checked(s, y):
+        if not np.max(np.abs(y[:n])) <= bound:  # also NaN
+            raise FloatingPointError(f"the solution left |u| <= {bound:.3g} at t = {s:.6g}")
+        return rhs(s, y)
+
+    return checked
 
 
 class _JointProblem:
@@ -305,60 +321,34 @@ def output_error(
 
 class _InitialState:
     """Residuals of the solution from ``u0`` (``p`` fixed) against the first ``n`` rows of
-    ``X`` and their Jacobian in ``u0``, from one solve of the state with its variational
-    equations ``dS/dt = f_u S``, ``S(t_0) = I``."""
+    ``X`` and their Jacobian in ``u0`` (in ``log u0`` for log-normal noise): the columns for
+    ``u0`` of output error's sensitivity solve (:class:`_Problem`, compiled for models
+    without inputs or derivative terms)."""
 
     def __init__(self, model: ODEModel, t, X, noise: str, p, n: int, opts: dict, inputs):
-        self.t, self.X, self.log = t[:n], X[:n], noise == "lognormal"
-        self.cols, self.name, self.opts = model.observed_columns, model.name, opts
-        self.rhs, self.jac, self.breaks = vector_field(model, np.asarray(p, float), inputs, t)
-        self.n0 = len(model.companion_states)
-        self._cache: tuple | None = None
+        self.log = noise == "lognormal"
+        self.p = np.asarray(p, dtype=float)
+        Z = X[:n]
         # A trial start whose solution runs far beyond the data (a logistic curve from a
         # negative start blows up) cannot fit them: stop its solve there rather than after
         # max_nfev steps (seconds per trial on a 41-point series otherwise).
-        size = np.exp(X[:n]) if self.log else X[:n]
-        self.bound = _DIVERGED * max(float(np.max(np.abs(size))), np.finfo(float).tiny)
+        size = np.exp(Z) if self.log else Z
+        bound = _DIVERGED * max(float(np.max(np.abs(size))), np.finfo(float).tiny)
+        self.problem = _Problem(
+            model, t[:n], Z, self.log, np.ones(Z.shape[1]), opts, inputs, bound=bound
+        )
 
-    def _solve(self, x0: np.ndarray):
-        if self._cache is not None and np.array_equal(self._cache[0], x0):
-            return self._cache[1:]
-        n0, rhs, jac = self.n0, self.rhs, self.jac
-
-        bound = self.bound
-
-        def augmented(s, y):
-            u = y[:n0]
-            if not np.max(np.abs(u)) <= bound:  # also NaN
-                raise FloatingPointError(f"the solution left |u| <= {bound:.3g} at t = {s:.6g}")
-            return np.concatenate([rhs(s, u), (jac(s, u) @ y[n0:].reshape(n0, n0)).ravel()])
-
-        u0 = np.exp(x0) if self.log else x0
-        y0 = np.concatenate([u0, np.eye(n0).ravel()])
-        try:
-            Y = integrate(
-                augmented, y0, self.t, method=self.opts["method"], rtol=self.opts["rtol"],
-                atol=self.opts["atol"], max_nfev=self.opts["max_nfev"], name=self.name,
-                breaks=self.breaks,
-            )  # fmt: skip
-            U = Y[:, :n0][:, self.cols]
-            S = Y[:, n0:].reshape(-1, n0, n0)[:, self.cols, :]
-            if self.log:
-                if np.any(U <= 0):
-                    raise SimulationError("the solution left the positive orthant")
-                S = S / U[:, :, None] * u0[None, None, :]  # d log u / d log u0
-                U = np.log(U)
-            res, J = (U - self.X).ravel(), S.reshape(-1, n0)
-        except SimulationError:
-            res, J = np.full(self.X.size, 1e6), np.zeros((self.X.size, n0))
-        self._cache = (x0.copy(), res, J)
-        return res, J
+    def _theta(self, x0: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return np.concatenate([self.p, np.exp(x0) if self.log else x0])
 
     def residual(self, x0):
-        return self._solve(x0)[0]
+        return self.problem.residual(self._theta(x0))
 
     def jacobian(self, x0):
-        return self._solve(x0)[1]
+        theta = self._theta(x0)
+        jac = self.problem.jacobian(theta)[:, self.p.size :]
+        return jac * theta[self.p.size :][None, :] if self.log else jac  # d/d log u0
 
 
 def fit_initial_state(

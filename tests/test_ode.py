@@ -186,3 +186,19 @@ def test_log_transformed_model_is_derived_once_and_pickles():
     assert [str(e) for e in copy.log_transformed().expressions] == [
         str(e) for e in log_model.expressions
     ]
+
+
+def test_generated_functions_are_shared_by_equal_models():
+    """A model unpickled in a worker reuses what an equal model compiled (a coverage study
+    compiled output error's sensitivity solve again for every task, seconds each)."""
+    import pickle
+
+    import pymc_wendy as pw
+
+    model = pw.get_problem("logistic").model
+    fn = model.numba_function("f")
+    twin = pickle.loads(pickle.dumps(model))
+    assert twin is not model and twin.numba_function("f") is fn
+    other = pw.get_problem("lotka_volterra").model
+    assert other._functions is not model._functions
+    assert model.log_transformed()._functions is not model._functions

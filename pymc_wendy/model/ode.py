@@ -32,6 +32,9 @@ import sympy as sp
 
 from pymc_wendy.model import codegen
 
+# Generated and compiled functions by model structure (ODEModel._functions).
+_SHARED_FUNCTIONS: dict[tuple, dict[tuple[str, str], Callable]] = {}
+
 __all__ = ["ODEModel", "ODEDefinitionError"]
 
 
@@ -580,7 +583,23 @@ class ODEModel:
 
     @cached_property
     def _functions(self) -> dict[tuple[str, str], Callable]:
-        return {}
+        # Shared by every model of the same structure in this process: a model unpickled in
+        # a worker (one per task of a coverage study) reuses the compiled functions instead
+        # of compiling them again (seconds per task for the numba sensitivity solve).
+        return _SHARED_FUNCTIONS.setdefault(self._structure, {})
+
+    @property
+    def _structure(self) -> tuple:
+        """What the generated functions are built from (names, orders, inputs and the
+        expressions); equal for equal models, whatever their Python identity."""
+        return (
+            tuple(self.states),
+            tuple(self.params),
+            tuple(self.orders),
+            tuple(self.inputs),
+            self.transform,
+            sp.srepr(self.full_expressions),
+        )
 
     def cached(self, key: tuple[str, str], build: Callable[[ODEModel], Callable]) -> Callable:
         """``build(self)``, built once per model and kept with its generated functions (the

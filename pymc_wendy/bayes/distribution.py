@@ -349,9 +349,7 @@ def _likelihood(
         )  # fmt: skip
 
     with warnings.catch_warnings():
-        if _is_symbolic(sigma) or residual:  # the filter's estimate is only a start here
-            warnings.simplefilter("ignore", ShortSeriesWarning)
-        if auto:  # the short-series default below replaces the filter's estimate
+        if _is_symbolic(sigma) or residual or auto:  # the filter's estimate is only a start
             warnings.simplefilter("ignore", ShortSeriesWarning)
         lik = build(None if _is_symbolic(sigma) or residual else sigma)
     if auto and lik.t.size >= SHORT_SERIES:

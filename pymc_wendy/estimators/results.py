@@ -118,7 +118,9 @@ class FitResult:
     status : str
         Short reason the estimator stopped (``"converged"``, ``"max_iter"``,
         ``"normality"``, ``"fallback"``, ``"unidentifiable"``, ``"indefinite_hessian"``,
-        ...). ``"failed"``: the estimator could not evaluate
+        ...). ``"no_fit"``: the ODE solution at the estimate explains none of a state's
+        variation (checked where the forward residuals are computed: ``sigma="residual"``
+        and the short-series default). ``"failed"``: the estimator could not evaluate
         its objective at the point it returns (output error whose forward solves all
         failed); ``x`` is then where it stopped, and every covariance, standard error and
         interval is NaN.

@@ -68,7 +68,7 @@ def report(problem: str, variant: str, ds) -> None:
         for nr in s.noise_ratio.values:
             c = s.sel(n_points=n, noise_ratio=nr)
             cov = " ".join(
-                f"{float(v):.2f}" if np.isfinite(v) else "-" for v in c["coverage"].values
+                f"{float(v):.3f}" if np.isfinite(v) else "-" for v in c["coverage"].values
             )
             se = float(np.nanmax(c["coverage_se"].values)) if c["n_ci"].max() > 0 else np.nan
             zm = " ".join(f"{float(v):+.2f}" for v in c["zscore_mean"].values)

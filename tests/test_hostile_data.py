@@ -304,3 +304,16 @@ def test_short_series_falls_back_to_the_filter_when_the_solve_fails(monkeypatch)
     np.testing.assert_array_equal(res.x, filt.x)
     with pytest.raises(SimulationError, match="sigma='residual'"):  # asked for: an error
         pw.fit(lg.model, d.t, d.U, sigma="residual")
+
+
+@pytest.mark.parametrize("bad", ["auto-residual", "Filter", "", "resid"])
+def test_unknown_sigma_strings_are_refused(bad):
+    """Only "filter" and "residual" name a noise estimate; anything else is an early error
+    (the internal short-series switch is not a string a user can pass)."""
+    lg = pw.get_problem("logistic")
+    d = lg.simulate(n_points=21, noise_ratio=0.1, seed=4)
+    with pytest.raises(ValueError, match="'filter' or 'residual'"):
+        pw.fit(lg.model, d.t, d.U, sigma=bad)
+    pm = pytest.importorskip("pymc")
+    with pm.Model(), pytest.raises(ValueError, match="'filter' or 'residual'"):
+        pw.WeakODELikelihood("U", ode=lg.model, params=lg.p_true, t=d.t, observed=d.U, sigma=bad)

@@ -172,13 +172,12 @@ def fit(
     estimator = registry.get(method)
     _check_sigma(model, sigma)
     data = _one_experiment(model, t, U, time_unit)
-    if sigma is None and data is not None and data.t.size < SHORT_SERIES:
-        sigma = _AUTO_RESIDUAL
+    auto = sigma is None and data is not None and data.t.size < SHORT_SERIES
     if isinstance(sigma, str) and sigma == "filter":
         sigma = None
-    elif isinstance(sigma, str):
+    elif isinstance(sigma, str) or auto:
         return _fit_residual_noise(
-            estimator, model, t, U, sigma, dict(
+            estimator, model, t, U, sigma, auto, dict(
                 p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
                 ridge=ridge, n_starts=n_starts, seed=seed, executor=executor, solver=solver,
                 options=options, bias_correction=bias_correction, inputs=inputs,
@@ -249,10 +248,6 @@ def _check_sigma(model, sigma) -> None:
             )
 
 
-# sigma=None on a short series: the residual estimate, or the filter's if a forward solve fails
-_AUTO_RESIDUAL = "auto-residual"
-
-
 def _one_experiment(model, t, U, time_unit) -> ObservedData | None:
     """The data of one experiment of an ODE model as the fit will see them (kept rows, time
     origin and unit); None for a likelihood or several experiments. Bad data are left for
@@ -267,12 +262,13 @@ def _one_experiment(model, t, U, time_unit) -> ObservedData | None:
         return None
 
 
-def _fit_residual_noise(estimator, model, t, U, sigma: str, kwargs: dict, start_time) -> FitResult:
+def _fit_residual_noise(
+    estimator, model, t, U, sigma: str | None, auto: bool, kwargs: dict, start_time
+) -> FitResult:
     """``fit(..., sigma="residual")``: fit, re-estimate the noise from the forward residuals
     at the estimate, fit again from there. The default on short series, where a failed
     forward solve falls back to the filter's estimate with a warning instead of an error."""
-    auto = sigma == _AUTO_RESIDUAL
-    if sigma not in ("residual", _AUTO_RESIDUAL):
+    if not auto and sigma != "residual":
         raise ValueError(
             f"sigma must be a number, an array, None, 'filter' or 'residual'; got {sigma!r}"
         )

@@ -213,7 +213,8 @@ def plain_weak_nll(
 
     model = lik.model
     D = model.n_states
-    X = np.asarray(lik.X, dtype=float)
+    # the grid the residual is built on (with a known initial state, one more row than the data)
+    X = np.asarray(lik.form.X, dtype=float)
     dphi = np.asarray(lik.dphi, dtype=float)
     phi = array(lik.phi)
     # Sizes are taken from the data variables, not Python ints: with shared data they stay
@@ -227,7 +228,7 @@ def plain_weak_nll(
     sigma2 = pt.as_tensor_variable(sigma2)
 
     symbols = model.symbols
-    env = {symbols.t: array(lik.t)}
+    env = {symbols.t: array(lik.form.t)}
     env |= {u: array(X[:, d]) for d, u in enumerate(symbols.u)}
     env |= {pj: p[j] for j, pj in enumerate(symbols.p)}
     cache: dict = {}
@@ -243,7 +244,8 @@ def plain_weak_nll(
     L4 = phi[None, :, None, :] * Ju[:, None, :, :] + array(eye * dphi[None, :, None, :])
     L = L4.reshape((n, D * M1))
     s2 = (1.0 - lik.ridge) * sigma2
-    s2_cols = pt.repeat(s2, M1)  # column (e, m) -> s2[e]
+    # column (e, m) -> s2[e] * weights[m, e]
+    s2_cols = pt.repeat(s2, M1) * array(lik.form.weights_or_ones().T.reshape(-1))
     S = pt.dot(L * s2_cols[None, :], L.T) + lik.ridge_diag * pt.eye(n)
     C = pt.linalg.cholesky(S, lower=True)
     z = pt.linalg.solve_triangular(C, r, lower=True, b_ndim=1)

@@ -111,8 +111,9 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
     D = model.n_states
     phi = jnp.asarray(lik.phi, dtype=jnp.float64)
     b = jnp.asarray(lik.form.b, dtype=jnp.float64)
-    t = jnp.asarray(lik.t, dtype=jnp.float64)
-    X = jnp.asarray(lik.X, dtype=jnp.float64)
+    # the grid the residual is built on (with a known initial state, one more row than the data)
+    t = jnp.asarray(lik.form.t, dtype=jnp.float64)
+    X = jnp.asarray(lik.form.X, dtype=jnp.float64)
     K, M1 = lik.phi.shape
     n = K * D
     ridge = float(lik.ridge)
@@ -123,6 +124,8 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
         np.eye(D)[:, None, :, None] * np.asarray(lik.dphi)[None, :, None, :], dtype=jnp.float64
     )
     ridge_eye = float(lik.ridge_diag) * jnp.eye(n)
+    # per-entry noise weights, column (e, m) -> weights[m, e]
+    col_weights = jnp.asarray(lik.form.weights_or_ones().T.reshape(-1), dtype=jnp.float64)
     const = n * _LOG_2PI
     corr = lik.correction  # bias-corrected objective: quadratic form minus a linear tilt
     if corr is not None:
@@ -136,7 +139,7 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
         r = (phi @ F + b).T.reshape(n)
         L = phi[None, :, None, :] * jnp.transpose(Ju, (1, 2, 0))[:, None, :, :] + L_data
         L = L.reshape(n, D * M1)
-        w = jnp.repeat((1.0 - ridge) * sigma2, M1)  # column (e, m) -> s2'_e
+        w = jnp.repeat((1.0 - ridge) * sigma2, M1) * col_weights  # column (e, m)
         S = (L * w) @ L.T + ridge_eye
         C = jnp.linalg.cholesky(S)
         z = solve_triangular(C, r, lower=True)

@@ -112,15 +112,16 @@ def _add_pointwise_score(phi, a, Jp, gp):
 
 
 @numba.njit(cache=True)
-def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=True):
+def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logdet=True):
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
     ``logdet=False`` gives the quadratic form ``r' S^-1 r / 2`` alone and its gradient (the
     bias-corrected objective, :mod:`pymc_wendy.weak.bias`); it skips the solve against ``L``.
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
-    derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances. The
-    covariance is ``S = scale * L diag(s2raw) L^T + diag * I`` (``scale = 1 - ridge``,
+    derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances and
+    ``W`` (M1, D) their per-entry weights. The covariance is
+    ``S = scale * L diag(s2raw * W) L^T + diag * I`` (``scale = 1 - ridge``,
     ``diag = ridge_diag`` for the model; other values for the tempering ladder's relaxed rungs).
     """
     K, M1 = phi.shape
@@ -145,9 +146,9 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
     LT = np.empty((D * M1, n))
     LsT = np.empty((D * M1, n))
     for e in range(D):
-        se = math.sqrt(s2[e])
         for m in range(M1):
             col = e * M1 + m
+            se = math.sqrt(s2[e] * W[m, e])
             for d in range(D):
                 g = Ju[m, d, e]
                 for k in range(K):
@@ -179,10 +180,10 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
                         wl += YT[col, i]
                     acc += phiT[m, k] * wl
                     acc_s += LT[col, i] * wl
-                Bdme = s2[e] * acc
+                Bdme = s2[e] * W[m, e] * acc
                 for j in range(J):
                     gp[j] += Bdme * Jup[m, d, e, j]
-            gs[e] += acc_s
+            gs[e] += W[m, e] * acc_s
     for e in range(D):
         gs[e] *= 0.5 * scale
     _add_pointwise_score(phi, a, Jp, gp)
@@ -190,7 +191,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, scale, diag, want_grad, logdet=
 
 
 @numba.njit(cache=True)
-def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale, diag,
+def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, scale, diag,
              want_grad, logdet=True):  # fmt: skip
     """The general path for models with derivative terms and inputs
     (:mod:`pymc_wendy.weak.operator_kernels`): ``L = Phi Ju + sum_q C_q Phi^(q)`` and the residual's
@@ -208,13 +209,13 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, scale
         return np.inf, gp, gs
     s2 = scale * s2raw
     r = _operator_residual(phi, F, OX, Psi, C, beta)
-    LT, LsT = _operator_linearisation(phi, ops, Ju, C, s2)
+    LT, LsT = _operator_linearisation(phi, ops, Ju, C, s2, W)
     ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
     if not ok:
         return np.inf, gp, gs
     if not want_grad:
         return nll, gp, gs
-    _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs)
+    _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, W, logdet, gp, gs)
     for e in range(D):
         gs[e] *= 0.5 * scale
     Am = _add_pointwise_score(phi, a, Jp, gp)
@@ -248,7 +249,7 @@ def _operator_residual(phi, F, OX, Psi, C, beta):
 
 
 @numba.njit(cache=True)
-def _operator_linearisation(phi, ops, Ju, C, s2):
+def _operator_linearisation(phi, ops, Ju, C, s2, W):
     """``L = Phi Ju + sum_q C_q Phi^(q)`` and its noise-scaled copy, both stored transposed
     (:func:`_covariance_solve`'s layout)."""
     K, M1 = phi.shape
@@ -258,9 +259,9 @@ def _operator_linearisation(phi, ops, Ju, C, s2):
     LT = np.empty((D * M1, n))
     LsT = np.empty((D * M1, n))
     for e in range(D):
-        se = math.sqrt(s2[e])
         for m in range(M1):
             col = e * M1 + m
+            se = math.sqrt(s2[e] * W[m, e])
             for d in range(D):
                 g = Ju[m, d, e]
                 for k in range(K):
@@ -273,7 +274,7 @@ def _operator_linearisation(phi, ops, Ju, C, s2):
 
 
 @numba.njit(cache=True)
-def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs):
+def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, W, logdet, gp, gs):
     """Adds the trace terms ``<W L Sigma', dL/dp>`` to ``gp`` and the unscaled noise-variance
     gradient to ``gs`` (``W L = S^-1 L - a (L' a)'``; ``YT`` holds ``S^-1 L``, transposed)."""
     K, M1 = phi.shape
@@ -284,6 +285,7 @@ def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs):
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
+            sem = s2[e] * W[m, e]
             la = 0.0
             for i in range(n):
                 la += LT[col, i] * a[i]
@@ -298,12 +300,12 @@ def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, logdet, gp, gs):
                     acc_s += LT[col, i] * wl
                     acc_b += phi[k, m] * wl
                     for q in range(Q):
-                        tq = s2[e] * wl * ops[q, k, m]
+                        tq = sem * wl * ops[q, k, m]
                         for j in range(J):
                             gp[j] += tq * Cp[q, d, e, j]
                 for j in range(J):
-                    gp[j] += s2[e] * acc_b * Jup[m, d, e, j]
-            gs[e] += acc_s
+                    gp[j] += sem * acc_b * Jup[m, d, e, j]
+            gs[e] += W[m, e] * acc_s
 
 
 @numba.njit(cache=True)
@@ -655,8 +657,8 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         o = _offsets(buf)
         t, X = _unpack1(buf, o, 0), _unpack2(buf, o, 1)
         phi, dphi, b = _unpack2(buf, o, 2), _unpack2(buf, o, 3), _unpack2(buf, o, 4)
-        fixed_s2, tilt, ref = _unpack1(buf, o, 5), _unpack1(buf, o, 6), _unpack1(buf, o, 7)
-        scalars = _unpack1(buf, o, 8)
+        W, fixed_s2 = _unpack2(buf, o, 5), _unpack1(buf, o, 6)
+        tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
         ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
         p = np.ascontiguousarray(p)
         M1, D, J = t.size, X.shape[1], p.size
@@ -672,7 +674,7 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         keep = 1.0 - alpha
         scale = keep * (1.0 - ridge)
         diag = keep * ridge_diag + alpha * c
-        nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, scale, diag, want_grad, logdet)
+        nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet)
         if not logdet:
             nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
         return nll, gp, gs
@@ -693,8 +695,8 @@ def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> 
         o = _offsets(buf)
         t, X, phi = _unpack1(buf, o, 0), _unpack2(buf, o, 1), _unpack2(buf, o, 2)
         ops, OX, Psi = _unpack3(buf, o, 3), _unpack3(buf, o, 4), _unpack2(buf, o, 5)
-        fixed_s2, tilt, ref = _unpack1(buf, o, 6), _unpack1(buf, o, 7), _unpack1(buf, o, 8)
-        scalars = _unpack1(buf, o, 9)
+        W, fixed_s2 = _unpack2(buf, o, 6), _unpack1(buf, o, 7)
+        tilt, ref, scalars = _unpack1(buf, o, 8), _unpack1(buf, o, 9), _unpack1(buf, o, 10)
         ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
         p = np.ascontiguousarray(p)
         M1, D, J = t.size, X.shape[1], p.size
@@ -718,7 +720,7 @@ def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> 
         scale = keep * (1.0 - ridge)
         diag = keep * ridge_diag + alpha * c
         nll, gp, gs = operator(
-            phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, scale, diag, want_grad,
+            phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, want_grad,
             logdet,
         )  # fmt: skip
         if not logdet:

@@ -54,6 +54,8 @@ def fit(
     bias_correction: str | None = None,
     inputs=None,
     time_unit: str | None = None,
+    initial_state=None,
+    t0=None,
 ) -> FitResult:
     """Estimate the parameters of an ODE from noisy data.
 
@@ -149,6 +151,14 @@ def fit(
         Unit of a datetime or duration time axis: ``"s"``, ``"m"`` (minutes), ``"h"``,
         ``"D"`` (default for datetimes), ``"W"``, ... (seconds by default for durations). The
         parameters are per that unit.
+    initial_state : array of shape (D,) or mapping, optional
+        The state known exactly at ``t0`` (a concentration of 0 before the first dose, a
+        known starting count): the weak-form estimators add boundary test functions that
+        carry it (:class:`WeakLikelihood`; ``docs/data.md``), and the short-series noise
+        estimate solves from it. One experiment of a first-order model without inputs.
+    t0 : float or datetime, optional
+        When ``initial_state`` holds (default: the first time point); at or before the
+        first observation.
 
     Returns
     -------
@@ -181,7 +191,7 @@ def fit(
                 p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
                 ridge=ridge, n_starts=n_starts, seed=seed, executor=executor, solver=solver,
                 options=options, bias_correction=bias_correction, inputs=inputs,
-                time_unit=time_unit,
+                time_unit=time_unit, initial_state=initial_state, t0=t0,
             ), start_time,
         )  # fmt: skip
     correction = bias.resolve(bias_correction)
@@ -202,7 +212,7 @@ def fit(
         estimator, model, t, U, p0=p0, bounds=bounds, noise=noise, sigma=sigma, u0=u0,
         test_functions=test_functions, ridge=ridge, n_starts=n_starts, seed=seed,
         executor=executor, solver=solver, options=options, bias_correction=correction,
-        inputs=inputs, time_unit=time_unit,
+        inputs=inputs, time_unit=time_unit, initial_state=initial_state, t0=t0,
     )  # fmt: skip
     if estimator.needs_start and problem.start is None:
         problem.start = default_start(
@@ -281,9 +291,10 @@ def _fit_residual_noise(
     # is fitted to all the data
     u0 = first.u0
     X = np.log(first.U) if first.noise == "lognormal" else first.U
+    known = first.likelihood.initial_state if first.likelihood is not None else None
     try:
         est = residual_noise_of_data(
-            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0
+            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0, known
         )
     except SimulationError as exc:
         if auto:

@@ -101,6 +101,7 @@ class FitProblem:
 def prepare(
     estimator: Estimator, model, t, U, *, p0, bounds, noise, sigma, u0, test_functions, ridge,
     n_starts, seed, executor, solver, options, bias_correction, inputs=None, time_unit=None,
+    initial_state=None, t0=None,
 ) -> FitProblem:  # fmt: skip
     """Validate ``fit``'s inputs for ``estimator`` and build its :class:`FitProblem`."""
     options = dict(options or {})
@@ -112,6 +113,13 @@ def prepare(
             f"method {estimator.name!r} does not support models of order > 1 or with inputs "
             f"({ode.name}); use one of {supported}"
         )
+    known = {"initial_state": initial_state, "t0": t0}
+    if initial_state is not None and not estimator.weak_likelihood:
+        raise ValueError(
+            f"initial_state is used by the weak-form estimators; method {estimator.name!r} "
+            "solves the ODE forward: pass the known state as u0= with options={'fit_u0': "
+            "False} where it supports that"
+        )
     if not estimator.weak_likelihood and not isinstance(model, Likelihood):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
@@ -119,7 +127,9 @@ def prepare(
         t_, U_, s, s_est, inputs_ = _data_only(model, t, U, noise, sigma, inputs, time_unit)
         base = model
     else:
-        lik = _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs, time_unit)
+        lik = _likelihood_of(
+            model, t, U, noise, sigma, test_functions, ridge, inputs, time_unit, **known
+        )
         base, t_, U_ = lik.base_model, lik.t, lik.U
         s, s_est, noise = lik.sigma, lik.sigma_estimated, lik.noise
         liks = lik.experiments if lik.experiments != (lik,) else None
@@ -241,12 +251,16 @@ def _check_p0(p0, J: int, names, bounds) -> np.ndarray | None:
     return p
 
 
-def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None, time_unit=None):
+def _likelihood_of(
+    model, t, U, noise, sigma, test_functions, ridge, inputs=None, time_unit=None,
+    initial_state=None, t0=None,
+):  # fmt: skip
     if isinstance(model, Likelihood):
         if t is not None or U is not None:
             raise ValueError("pass either a likelihood, or a model with t and U; not both")
         given = {"noise": noise != "normal", "sigma": sigma is not None, "inputs": bool(inputs)}
-        given |= {"time_unit": time_unit is not None}
+        given |= {"time_unit": time_unit is not None, "initial_state": initial_state is not None}
+        given |= {"t0": t0 is not None}
         given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
         clash = [k for k, v in given.items() if v]
         if clash:
@@ -263,6 +277,11 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None
         raise ValueError("U is required with an ODEModel (and t, unless U carries the times)")
     t = _times_for(t, U)
     if _several(t, U):
+        if initial_state is not None or t0 is not None:
+            raise ValueError(
+                "initial_state covers one experiment for now; build one WeakLikelihood per "
+                "experiment with its initial_state and pass them as a JointLikelihood"
+            )
         return _joint_likelihood(
             model, t, U, noise, sigma, test_functions, ridge, inputs, time_unit
         )
@@ -276,6 +295,8 @@ def _likelihood_of(model, t, U, noise, sigma, test_functions, ridge, inputs=None
         ridge=ridge,
         inputs=inputs,
         time_unit=time_unit,
+        initial_state=initial_state,
+        t0=t0,
     )
 
 

@@ -426,7 +426,9 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     return residual_noise_of_data(lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver)
 
 
-def residual_noise_of_data(model, t, X, noise, p, inputs, solver, u0=None) -> ResidualNoise:
+def residual_noise_of_data(
+    model, t, X, noise, p, inputs, solver, u0=None, initial=None
+) -> ResidualNoise:
     """:func:`residual_noise` from the data themselves rather than a likelihood.
 
     Parameters
@@ -443,6 +445,9 @@ def residual_noise_of_data(model, t, X, noise, p, inputs, solver, u0=None) -> Re
         Forward-solver settings over :data:`DEFAULT_SOLVER`.
     u0 : array_like, optional
         An initial state to use as it is (output error's own); fitted when not given.
+    initial : InitialState, optional
+        A state known at ``initial.t0 <= t[0]`` (:func:`~pymc_wendy.model.data.as_initial_state`):
+        the solve starts there and no initial value is fitted.
 
     Returns
     -------
@@ -450,17 +455,24 @@ def residual_noise_of_data(model, t, X, noise, p, inputs, solver, u0=None) -> Re
     """
     p = np.asarray(p, dtype=float)
     N, D = X.shape
-    n0 = len(model.companion_states)
+    n0 = len(model.companion_states) if initial is None else 0
     dof = N - (model.n_params + n0) / D
     if dof < 1:
         raise ValueError(
             f"{model.name}: {N} time points leave no residual degrees of freedom for "
             f"{model.n_params} parameters and {n0} initial values"
         )
-    if u0 is None:
-        u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
-    U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
+    if initial is not None:  # solve from the known state; report the state at t[0]
+        before = initial.t0 < t[0]
+        times = np.concatenate([[initial.t0], t]) if before else t
+        U = solve(model, p, initial.u0, times, inputs=inputs or None, **opts)[int(before) :]
+        u0 = U[0]
+        U = U[:, model.observed_columns]
+    else:
+        if u0 is None:
+            u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
+        U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
     if noise == "lognormal" and np.any(U <= 0):
         raise SimulationError(f"{model.name}: the solution at p leaves the positive orthant")
     Z = np.log(U) if noise == "lognormal" else U

@@ -16,6 +16,9 @@ Every entry point (:func:`~pymc_wendy.fit`, :class:`~pymc_wendy.WeakLikelihood`,
   weak form evaluates the right-hand side ``f(u(t_m))`` at each time point, which needs every
   state there, so a time point with any missing entry is left out (a :class:`MissingDataWarning`
   says how many) and the others form a non-uniform grid. Infinite values stay an error.
+* **Known initial states.** :func:`as_initial_state` reads the state at a known time ``t0``
+  (a dose given at time 0, a count known at the start): values in the state order or by
+  name, ``t0`` in the units of the time axis (a datetime for a datetime axis).
 
 Nothing here depends on the weak form: the returned arrays still go through
 :func:`pymc_wendy._validation.check_data`.
@@ -29,7 +32,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["MissingDataWarning", "ObservedData", "as_data", "as_times"]
+__all__ = [
+    "InitialState",
+    "MissingDataWarning",
+    "ObservedData",
+    "as_data",
+    "as_initial_state",
+    "as_times",
+]
 
 #: the default unit of datetime time axes, and of durations
 DATETIME_UNIT = "D"
@@ -270,3 +280,112 @@ def as_data(
             )
         t, U = t[kept], U[kept]
     return ObservedData(t, U, kept, t_given, origin, unit)
+
+
+class InitialState(NamedTuple):
+    """A state known exactly at a time: ``u(t0) = u0``.
+
+    Attributes
+    ----------
+    t0 : float
+        The time, on the float time axis of :class:`ObservedData` (at or before its first
+        kept time point).
+    u0 : ndarray, shape (D,)
+        The state there, in the model's state order.
+    """
+
+    t0: float
+    u0: np.ndarray
+
+
+def as_initial_state(
+    initial_state: Any, t0: Any, data: ObservedData, states: Sequence[str]
+) -> InitialState | None:
+    """Read a known initial state and its time against the data's time axis.
+
+    Parameters
+    ----------
+    initial_state : array_like, mapping or None
+        ``D`` values in the state order, or a mapping (dict, pandas Series) from every state
+        name to its value. None: no known initial state (``t0`` must then be None too).
+    t0 : float, datetime, duration or None
+        When the state is known, in the units of the data's time axis (a datetime or duration
+        for such axes). Default: the first time point of the data. It may lie before the
+        first observation (a dose at time 0, first sample later), not after it.
+    data : ObservedData
+        The data (:func:`as_data`).
+    states : sequence of str
+        The model's state names.
+
+    Returns
+    -------
+    InitialState or None
+    """
+    if initial_state is None:
+        if t0 is not None:
+            raise ValueError("t0 was given without initial_state: t0 is when it is known")
+        return None
+    D = len(states)
+    if isinstance(initial_state, dict) or _is_pandas(initial_state, "Series"):
+        names = [str(k) for k in initial_state.keys()]
+        missing = [s for s in states if s not in names]
+        extra = [n for n in names if n not in states]
+        if missing or extra:
+            raise ValueError(
+                f"initial_state names {names} do not match the model's states {list(states)}"
+                + (f": missing {missing}" if missing else "")
+                + (f"; unknown {extra}" if extra else "")
+                + " (every state's initial value is needed)"
+            )
+        by_name = {str(k): v for k, v in initial_state.items()}
+        initial_state = [by_name[s] for s in states]
+    try:
+        u0 = np.asarray(initial_state, dtype=float)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"initial_state must be {D} numbers; got {initial_state!r}") from exc
+    if u0.shape != (D,):
+        raise ValueError(
+            f"initial_state must have one value per state ({D}: {list(states)}); got shape "
+            f"{u0.shape}"
+        )
+    if not np.all(np.isfinite(u0)):
+        raise ValueError(f"initial_state must be finite; got {u0}")
+    first = float(data.t[0])
+    if t0 is None:
+        time = first
+    else:
+        time = _time_point(t0, data)
+        if time > first:
+            raise ValueError(
+                f"t0 = {t0} is after the first observation (at {first:g} on the data's time "
+                "axis); the known state must come at or before the data"
+            )
+    return InitialState(time, u0)
+
+
+def _time_point(t0: Any, data: ObservedData) -> float:
+    """One time point on the float axis of ``data`` (datetimes counted from its origin)."""
+    arr = np.asarray(t0)
+    if arr.ndim != 0:
+        raise ValueError(f"t0 must be one time point; got {t0!r}")
+    if data.origin is None:
+        if arr.dtype.kind in "mM" or hasattr(t0, "year"):
+            raise ValueError(f"t0 = {t0!r} is a datetime, but the data's time axis is numeric")
+        try:
+            time = float(arr)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"t0 must be a number; got {t0!r}") from exc
+    else:
+        origin = np.asarray(data.origin)
+        try:
+            value = arr.astype(origin.dtype) if arr.dtype.kind in "mM" else np.asarray(
+                t0, dtype=origin.dtype
+            )
+            time = float((value - origin) / _unit_step(data.time_unit))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"t0 = {t0!r} must be a time point of the data's kind ({origin.dtype})"
+            ) from exc
+    if not np.isfinite(time):
+        raise ValueError(f"t0 must be finite; got {t0!r}")
+    return time

@@ -27,8 +27,8 @@ class FirstOrderForm(WeakForm):
 
     kind = "general"
 
-    def __init__(self, model, t, X, test_functions, inputs, ridge):
-        super().__init__(model, t, X, test_functions, inputs, ridge)
+    def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
+        super().__init__(model, t, X, test_functions, inputs, ridge, weights)
         #: the data's constant part of the residual, ``dPhi X``
         self.b = self.dphi @ X
 
@@ -68,7 +68,7 @@ class FirstOrderForm(WeakForm):
     def evaluation(self, p, s2, diag=None):
         F, Ju = self.derivs(p, "f", "f_u")
         return kernels.evaluate(
-            self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, self._diag(diag)
+            self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, self._diag(diag), self.weights
         )
 
     def gradient(self, p, ev, logdet, sigma2):
@@ -86,7 +86,8 @@ class FirstOrderForm(WeakForm):
         F0, Ju0, Jp, Jup = self.derivs(np.zeros(J), "f", "f_u", "f_p", "f_up")
         r0 = kernels.residual(self.phi, F0, self.b)
         G = kernels.dr_dp(self.phi, Jp)
-        return r0, G, linear_form.covariance_coefficients(self.phi, self.dphi, Ju0, Jup, s2e)
+        A = linear_form.covariance_coefficients(self.phi, self.dphi, Ju0, Jup, s2e, self.weights)
+        return r0, G, A
 
     def score_mean(self, p, ev):
         Jp, Juu = self.derivs(p, "f_p", "f_uu")
@@ -94,4 +95,5 @@ class FirstOrderForm(WeakForm):
 
     def kernel_spec(self):
         fns = {w: self.model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
-        return KernelSpec(self.kind, (self.t, self.X, self.phi, self.dphi, self.b), fns)
+        arrays = (self.t, self.X, self.phi, self.dphi, self.b, self.weights_or_ones())
+        return KernelSpec(self.kind, arrays, fns)

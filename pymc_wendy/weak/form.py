@@ -77,6 +77,10 @@ class WeakForm(abc.ABC):
         The covariance ridge, relative: ``S <- (1 - ridge) S + ridge c I`` with ``c`` the
         scale of ``S`` (:attr:`ridge_diag` holds ``ridge c``; ``c = 1`` until the likelihood
         sets it from :meth:`operator_scale` and the noise level).
+    weights : ndarray, shape (M+1, D), optional
+        The noise variance of data entry ``(m, d)`` is ``sigma_d^2 * weights[m, d]``; a row of
+        zeros is a time point whose state is known exactly (a known initial state). None:
+        all ones.
 
     Notes
     -----
@@ -97,6 +101,7 @@ class WeakForm(abc.ABC):
         test_functions: TestFunctions,
         inputs: dict,
         ridge: float,
+        weights: np.ndarray | None = None,
     ):
         self.model = model
         self.t = t
@@ -108,6 +113,11 @@ class WeakForm(abc.ABC):
         self.ridge_diag = ridge
         self.phi = np.ascontiguousarray(test_functions.phi)
         self.dphi = np.ascontiguousarray(test_functions.dphi)
+        self.weights = None if weights is None else np.ascontiguousarray(weights, dtype=float)
+
+    def weights_or_ones(self) -> np.ndarray:
+        """:attr:`weights`, ones where none were given (what compiled kernels read)."""
+        return np.ones(self.X.shape) if self.weights is None else self.weights
 
     def operator_scale(self) -> float:
         """Mean squared row norm of the residual's leading, parameter-free operator (here

@@ -121,6 +121,15 @@ class Evaluation:
     phi: np.ndarray  # (K, M+1)
     dphi: np.ndarray  # (K, M+1)
     Ju: np.ndarray  # (M+1, D, D) df/du at the data
+    weights: np.ndarray | None = None  # (M+1, D) noise-variance weights, None = all ones
+
+    @property
+    def v(self) -> np.ndarray:
+        """Effective noise variance of every data entry, ``(M+1, D)``: ``s2`` times the
+        weights (a row of zeros is a known, noise-free time point)."""
+        if self.weights is None:
+            return np.broadcast_to(self.s2, (self.Ju.shape[0], self.s2.size))
+        return self.s2[None, :] * self.weights
 
     @property
     def quadratic(self) -> float:
@@ -141,8 +150,9 @@ class Evaluation:
         return np.einsum("dm,mde->em", A @ self.phi, self.Ju, optimize=True) + A @ self.dphi
 
 
-def _covariance(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray, s2: np.ndarray) -> np.ndarray:
-    """``L diag(s2) L^T`` block by block, without forming ``L``.
+def _covariance(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``L diag(v) L^T`` block by block, without forming ``L``; ``v`` holds the effective noise
+    variances, per state (D,) or per data entry (M+1, D).
 
     With ``L_de = Phi diag(Ju[:, d, e]) + [d = e] dPhi``, block ``(d, f)`` is
     ``Phi diag(w_df) Phi^T + Phi diag(c_df) dPhi^T + (Phi diag(c_fd) dPhi^T)^T
@@ -152,8 +162,10 @@ def _covariance(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray, s2: np.ndarra
     """
     M1, D, _ = Ju.shape
     K = phi.shape[0]
-    w = np.einsum("mde,mfe,e->dfm", Ju, Ju, s2, optimize=True)
-    c = Ju.transpose(1, 2, 0) * s2[None, :, None]  # c[d, f, m] = s2_f Ju[m, d, f]
+    per_entry = v.ndim == 2
+    vm = v if per_entry else np.broadcast_to(v, (M1, v.size))  # (M+1, D)
+    w = np.einsum("mde,mfe,me->dfm", Ju, Ju, vm, optimize=True)
+    c = Ju.transpose(1, 2, 0) * vm.T[None, :, :]  # c[d, f, m] = v[m, f] Ju[m, d, f]
     pairs = [(d, f) for d in range(D) for f in range(d, D) if np.any(w[d, f])]
     cross = [(d, f) for d in range(D) for f in range(D) if np.any(c[d, f])]
     # one product per kind over all blocks: (blocks * K, M+1) x (M+1, K)
@@ -169,9 +181,9 @@ def _covariance(phi: np.ndarray, dphi: np.ndarray, Ju: np.ndarray, s2: np.ndarra
     for q, (d, f) in enumerate(cross):
         S[d, :, f, :] += Sc[q]
         S[f, :, d, :] += Sc[q].T
-    dd = dphi @ dphi.T
+    dd = None if per_entry else dphi @ dphi.T
     for d in range(D):
-        S[d, :, d, :] += s2[d] * dd
+        S[d, :, d, :] += (dphi * v[:, d]) @ dphi.T if per_entry else v[d] * dd
         for f in range(d + 1, D):
             S[f, :, d, :] = S[d, :, f, :].T
     return S.reshape(D * K, D * K)
@@ -186,18 +198,20 @@ def evaluate(
     sigma2: np.ndarray,
     ridge: float,
     diag: float | None = None,
+    weights: np.ndarray | None = None,
 ) -> Evaluation:
     """Residual, covariance factor and negative log-likelihood from ``f`` and ``df/du``.
 
-    ``S = (1 - ridge) L diag(sigma2) L^T + diag I`` with ``diag = ridge`` unless given (the
-    tempering ladder's relaxed covariances add more to the diagonal).
+    ``S = (1 - ridge) L diag(sigma2 * weights) L^T + diag I`` with ``diag = ridge`` unless
+    given (the tempering ladder's relaxed covariances add more to the diagonal); ``weights``
+    (M+1, D) scale the noise variance of single data entries (None: all ones).
     """
     K, M1 = phi.shape
     D = F.shape[1]
     n = K * D
     r = residual(phi, F, b)
     s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
-    S = _covariance(phi, dphi, Ju, s2)
+    S = _covariance(phi, dphi, Ju, s2 if weights is None else s2[None, :] * weights)
     S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = cholesky(S)
     z = solve_lower(C, r)
@@ -214,6 +228,7 @@ def evaluate(
         phi=phi,
         dphi=dphi,
         Ju=Ju,
+        weights=weights,
     )
 
 
@@ -264,17 +279,20 @@ def gradient_parts(
         AB = np.matmul(PS, np.stack([phi.T, ev.dphi.T], axis=2)).reshape(M1, D, D, 2)
         B += np.einsum("mdf,mfe->dme", AB[..., 0], ev.Ju, optimize=True)
         B += AB[..., 1].transpose(1, 0, 2)
-    B *= ev.s2[None, None, :]
+    v = ev.v
+    B *= v[None, :, :]
     G = dr_dp(phi, Jp)
     grad_p = G.T @ ev.a + np.einsum("dme,mdej->j", B, Jup, optimize=True)
     if not sigma2:
         return grad_p, None, B
-    # sum over rows and time of L * W L, per noise state e
-    per_e = -np.sum(La**2, axis=1)
+    # sum over rows of L * W L, per column (e, m), weighted and summed over time per state e
+    per_em = -(La**2)
     if logdet:
         L2 = ev.L.reshape(n, D * M1)
-        per_e += np.sum((L2 * (Si @ L2)).reshape(n, D, M1), axis=(0, 2))
-    grad_s2 = 0.5 * (1.0 - ridge) * per_e
+        per_em += np.sum((L2 * (Si @ L2)).reshape(n, D, M1), axis=0)
+    if ev.weights is not None:
+        per_em = per_em * ev.weights.T
+    grad_s2 = 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
     return grad_p, grad_s2, B
 
 
@@ -322,14 +340,14 @@ def hessian(
     K = phi.shape[0]
     n = K * D
     J = Jp.shape[2]
-    s2 = ev.s2
+    vT = ev.v.T  # (D, M+1) effective variance per column (e, m) of L
     G = dr_dp(phi, Jp)
     Pa = ev.a.reshape(D, K) @ phi  # Phi^T a_d, per (d, m)
     La = ev.La  # L^T a, per (e, m)
     c = np.einsum("dm,mdei->iem", Pa, Jup, optimize=True)  # L_i^T a
-    cs = c * s2[None, :, None]
+    cs = c * vT[None, :, :]
     # v_i = r_i - S_i a with S_i a = L_i Sigma' L^T a + L Sigma' L_i^T a, from Phi and dPhi
-    u = np.einsum("mdei,em->mdi", Jup, s2[:, None] * La, optimize=True)
+    u = np.einsum("mdei,em->mdi", Jup, vT * La, optimize=True)
     u += np.einsum("mde,iem->mdi", ev.Ju, cs, optimize=True)
     Sa = phi @ u.reshape(M1, D * J) + ev.dphi @ cs.transpose(2, 1, 0).reshape(M1, D * J)
     V = G - Sa.reshape(K, D, J).transpose(1, 0, 2).reshape(n, J)
@@ -351,8 +369,8 @@ def _trace_terms(ev: Evaluation, phi: np.ndarray, Jup: np.ndarray) -> np.ndarray
     D, K, _, M1 = ev.L.shape
     n = K * D
     J = Jup.shape[3]
-    sq = np.sqrt(ev.s2)
-    Z = solve_lower(ev.C, (ev.L * sq[None, None, :, None]).reshape(n, D * M1)).reshape(n, D, M1)
+    sq = np.sqrt(ev.v.T)  # (D, M+1)
+    Z = solve_lower(ev.C, (ev.L * sq[None, None, :, :]).reshape(n, D * M1)).reshape(n, D, M1)
     P = np.zeros((J, n, n))  # C^{-1} L_i Sigma' L^T C^{-T}
     X: list[dict[int, np.ndarray]] = []  # C^{-1} L_i Sigma'^{1/2}, by column block e
     for i in range(J):  # loop over parameters and their non-zero state blocks only
@@ -364,7 +382,7 @@ def _trace_terms(ev: Evaluation, phi: np.ndarray, Jup: np.ndarray) -> np.ndarray
             # rows of state blocks before the first non-zero one stay zero under C^{-1}
             s = int(np.argmax(rows[:, e])) * K
             Xe = np.zeros((n, M1))
-            Xe[s:] = solve_lower(ev.C[s:, s:], Lie[s:] * sq[e])
+            Xe[s:] = solve_lower(ev.C[s:, s:], Lie[s:] * sq[e][None, :])
             blocks[e] = Xe
             P[i, s:] += Xe[s:] @ Z[:, e, :].T
         X.append(blocks)
@@ -407,25 +425,25 @@ def quadratic_score_mean(
     """
     D, K, _, M1 = ev.L.shape
     n = K * D
-    s2 = ev.s2
+    v = ev.v  # (M+1, D) effective variance per data entry
     L2 = ev.L.reshape(n, D * M1)
     G = dr_dp(phi, Jp)
     w = solve_covariance(ev.C, G).reshape(D, K, -1)  # S^-1 dr/dp, (D, K, J)
     omega = np.einsum("km,dkj->dmj", phi, w, optimize=True)  # Phi' w per state
     # mean of the residual at noisy data: 1/2 Phi sum_e sigma_e^2 f_uu[d, e, e]
-    lap = np.einsum("mdee,e->md", Juu, s2, optimize=True)
+    lap = np.einsum("mdee,me->md", Juu, v, optimize=True)
     t_mean = 0.5 * np.einsum("dmj,md->j", omega, lap, optimize=True)
     # E[w' dL Sigma L' S^-1 L eps]: dL couples eps at time m only, so only the diagonal
     # (e, e') blocks at equal times of Sigma L' S^-1 L Sigma are needed
     X = solve_lower(ev.C, L2).reshape(n, D, M1)
-    P = np.einsum("rem,rfm->mef", X, X, optimize=True) * np.outer(s2, s2)[None]
+    P = np.einsum("rem,rfm->mef", X, X, optimize=True) * (v[:, :, None] * v[:, None, :])
     A = np.einsum("dmj,mdef->mefj", omega, Juu, optimize=True)
     t_left = np.einsum("mefj,mef->j", A, P, optimize=True)
     # E[w' L Sigma dL' S^-1 L eps]
-    v = np.einsum("dkem,dkj->emj", ev.L, w, optimize=True) * s2[:, None, None]
+    vL = np.einsum("dkem,dkj->emj", ev.L, w, optimize=True) * v.T[:, :, None]
     SiL = solve_covariance(ev.C, L2).reshape(D, K, D, M1)
-    Z = np.einsum("km,dkfm->dmf", phi, SiL, optimize=True) * s2[None, None, :]
-    t_right = np.einsum("mdef,emj,dmf->j", Juu, v, Z, optimize=True)
+    Z = np.einsum("km,dkfm->dmf", phi, SiL, optimize=True) * v[None, :, :]
+    t_right = np.einsum("mdef,emj,dmf->j", Juu, vL, Z, optimize=True)
     return t_mean - t_left - t_right
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
-from pymc_wendy.model.data import as_data
+from pymc_wendy.model.data import as_data, as_initial_state
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
@@ -29,6 +29,7 @@ from pymc_wendy.weak.form import WeakForm, form_for
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.protocol import Correction, check_tilt
 from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions, from_matrices
+from pymc_wendy.weak.test_functions.boundary import with_boundary
 
 __all__ = ["ShortSeriesWarning", "WeakLikelihood"]
 
@@ -98,6 +99,14 @@ class WeakLikelihood:
     time_unit : str, optional
         Unit of a datetime or duration time axis (default days, resp. seconds); the
         parameters are then per that unit.
+    initial_state : array of shape (D,) or mapping, optional
+        The state known exactly at ``t0`` (values in the state order, or by state name). The
+        weak form then adds test functions that do not vanish at ``t0``, whose boundary term
+        carries the known state (:mod:`pymc_wendy.weak.test_functions.boundary`); the state
+        at ``t0`` enters as exact data. First-order models without inputs.
+    t0 : float or datetime, optional
+        When ``initial_state`` holds; default the first time point. May lie before the first
+        observation (a dose at 0, first sample later), not after it.
 
     Attributes
     ----------
@@ -105,6 +114,9 @@ class WeakLikelihood:
         The model-dependent part of the weak residual (:mod:`pymc_wendy.weak.form`):
         :class:`~pymc_wendy.weak.first_order.FirstOrderForm` for ``du/dt = f(t, u, p)``,
         :class:`~pymc_wendy.weak.operator.OperatorForm` for models of order > 1 or with inputs.
+    initial_state : InitialState or None
+        The known initial state (``t0``, ``u0``), if any. ``t``, ``U`` and ``X`` hold the
+        observations only; the form's grid (``form.t``, ``form.X``) starts at ``t0``.
     """
 
     def __init__(
@@ -121,6 +133,8 @@ class WeakLikelihood:
         linear: Literal["auto", "fast", "general"] = "auto",
         max_precompute_bytes: int = 256 * 2**20,
         time_unit: str | None = None,
+        initial_state=None,
+        t0=None,
     ):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel; got {type(model)!r}")
@@ -134,6 +148,7 @@ class WeakLikelihood:
         form_cls.check_noise(model, noise)
         data = as_data(t, U, model.states, time_unit=time_unit)
         t, U = check_data(data.t, data.U, model.n_states)
+        self.initial_state = as_initial_state(initial_state, t0, data, model.states)
         # inputs given as values are on all the given times, missing rows included
         self.inputs = as_inputs(model.inputs, inputs, data.t_given)
         self.observed = data
@@ -150,7 +165,10 @@ class WeakLikelihood:
             self.X = U
         tf = self._test_functions(test_functions, form_cls)
         self.ridge = float(ridge)
-        self.form: WeakForm = form_cls(self.model, t, self.X, tf, self.inputs, self.ridge)
+        grid, weights = (t, self.X), None
+        if self.initial_state is not None:
+            grid, tf, weights = self._with_initial_state(tf, form_cls)
+        self.form: WeakForm = form_cls(self.model, *grid, tf, self.inputs, self.ridge, weights)
         self.test_functions = tf
         self.phi = self.form.phi
         self.dphi = self.form.dphi
@@ -184,6 +202,39 @@ class WeakLikelihood:
                 "time points"
             )
         return tf
+
+    def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
+        """The grid from ``t0`` with the known state as its first, exact row; the test
+        functions on it with boundary rows; the noise weights (zero on the known row)."""
+        if form_cls.kind != "general" or self.inputs:
+            raise ValueError(
+                f"{self.base_model.name}: a known initial_state is supported for first-order "
+                "models without inputs; this model has derivative terms or inputs"
+            )
+        if tf.n_boundary:
+            raise ValueError("these test functions already have boundary rows")
+        t0, u0 = self.initial_state
+        if self.noise == "lognormal":
+            if np.any(u0 <= 0):
+                raise ValueError(
+                    f"initial_state {u0}: with log-normal noise the weak form works on log u, "
+                    "so every known initial value must be > 0 (a state known to be 0 needs "
+                    "noise='normal')"
+                )
+            x0 = np.log(u0)
+        else:
+            x0 = u0
+        prepend = t0 < self.t[0]
+        t = np.concatenate([[t0], self.t]) if prepend else self.t
+        X = np.vstack([x0, self.X]) if prepend else np.vstack([x0, self.X[1:]])
+        # a half bump needs the four points of the first cubic stencil inside its support
+        reach = t[min(3, t.size - 1)] - t0
+        radii = tf.radii if tf.radii.size else np.array([(t[-1] - t0) / 8])
+        radii = np.unique(np.clip(radii, reach, t[-1] - t0))
+        tf = with_boundary(tf, t, int(prepend), radii, tf.eta if np.isfinite(tf.eta) else 9.0)
+        weights = np.ones(X.shape)
+        weights[0] = 0.0
+        return (t, X), tf, weights
 
     def _sigma(self, sigma) -> tuple[np.ndarray, bool]:
         if sigma is None:

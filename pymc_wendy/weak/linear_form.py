@@ -97,18 +97,20 @@ class LinearForm:
         return nll, grad
 
 
-def covariance_coefficients(phi, dphi, Ju0, Jup, s2e) -> np.ndarray:
+def covariance_coefficients(phi, dphi, Ju0, Jup, s2e, weights=None) -> np.ndarray:
     """The coefficient matrices ``A`` (shape (P, n, n)) of ``S(p)`` of a first-order model,
     from ``df/du`` at ``p = 0`` (``Ju0``, (M+1, D, D)) and its ``p`` derivative (``Jup``,
-    (M+1, D, D, J)), for effective noise variances ``s2e``."""
+    (M+1, D, D, J)), for effective noise variances ``s2e`` times the per-entry ``weights``
+    ((M+1, D); None: all ones)."""
     J, D = Jup.shape[3], Ju0.shape[1]
     K = phi.shape[0]
     # g[a][m, d, e]: coefficient of pt_a in df_d/du_e
     g = np.concatenate([Ju0[None], Jup.transpose(3, 0, 1, 2)], axis=0)
     ia, ib = _pairs(J)
+    v = np.broadcast_to(s2e, Ju0.shape[:2]) if weights is None else s2e[None, :] * weights
     A = np.zeros((ia.size, K * D, K * D))
     for q, (a, b) in enumerate(zip(ia, ib, strict=True)):
-        Aab = _cross(phi, dphi, g[a], g[b], s2e, a == 0, b == 0)
+        Aab = _cross(phi, dphi, g[a], g[b], v, a == 0, b == 0)
         A[q] = Aab if a == b else Aab + Aab.T
     return A
 
@@ -171,22 +173,23 @@ def per_state_form(coefficients: Callable, D: int, K: int) -> CompiledForm:
 _INDEX_FIELDS = ("blk_e", "blk_q", "blk_d", "blk_d2")
 
 
-def _cross(phi, dphi, ga, gb, s2e, a_has_dphi, b_has_dphi) -> np.ndarray:
-    """``L_a S' L_b^T`` block by block; each block is a few ``Phi diag(h) Phi^T`` products."""
+def _cross(phi, dphi, ga, gb, v, a_has_dphi, b_has_dphi) -> np.ndarray:
+    """``L_a S' L_b^T`` block by block (``v`` (M+1, D): the effective variance of every data
+    entry); each block is a few ``Phi diag(h) Phi^T`` products."""
     K = phi.shape[0]
     D = ga.shape[1]
     out = np.zeros((D, K, D, K))
     for d in range(D):  # loops over states only
         for d2 in range(D):
-            h = np.einsum("me,me,e->m", ga[:, d, :], gb[:, d2, :], s2e)
+            h = np.einsum("me,me,me->m", ga[:, d, :], gb[:, d2, :], v)
             block = np.zeros((K, K))
             if np.any(h):
                 block += (phi * h) @ phi.T
             if b_has_dphi and np.any(ga[:, d, d2]):
-                block += (phi * (s2e[d2] * ga[:, d, d2])) @ dphi.T
+                block += (phi * (v[:, d2] * ga[:, d, d2])) @ dphi.T
             if a_has_dphi and np.any(gb[:, d2, d]):
-                block += (dphi * (s2e[d] * gb[:, d2, d])) @ phi.T
+                block += (dphi * (v[:, d] * gb[:, d2, d])) @ phi.T
             if a_has_dphi and b_has_dphi and d == d2:
-                block += s2e[d] * (dphi @ dphi.T)
+                block += (dphi * v[:, d]) @ dphi.T
             out[d, :, d2, :] = block
     return out.reshape(D * K, D * K)

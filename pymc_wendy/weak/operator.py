@@ -150,8 +150,8 @@ class OperatorForm(WeakForm):
     def default_test_functions(cls, t, X, model) -> TestFunctions:
         return default_test_functions(t, X, model)
 
-    def __init__(self, model, t, X, test_functions, inputs, ridge):
-        super().__init__(model, t, X, test_functions, inputs, ridge)
+    def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
+        super().__init__(model, t, X, test_functions, inputs, ridge, weights)
         tf = test_functions
         self.coefficients = _coefficients(model)
         Q = self.coefficients.Q
@@ -188,7 +188,9 @@ class OperatorForm(WeakForm):
     def evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
         F, Ju = self.derivs(p, "f", "f_u")
         terms = self.coefficients.terms(p)
-        return operator_kernels.evaluate(self.data, F, Ju, terms, s2, self.ridge, self._diag(diag))
+        return operator_kernels.evaluate(
+            self.data, F, Ju, terms, s2, self.ridge, self._diag(diag), self.weights
+        )
 
     def gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
         Jp, Jup = self.derivs(p, "f_p", "f_up")
@@ -223,7 +225,7 @@ class OperatorForm(WeakForm):
         G = self.dr_dp(zero)
         La = [operator_kernels.linearisation(self.data, Ju0, terms.C)]
         La += list(operator_kernels.dL_dp(self.data, Jup, terms))
-        sq = np.repeat(np.sqrt(s2e), self.t.size)
+        sq = np.sqrt((s2e[:, None] * self.weights_or_ones().T).ravel())
         Ls = [x * sq[None, :] for x in La]
         ia, ib = np.triu_indices(J + 1)
         A = np.empty((ia.size, r0.size, r0.size))
@@ -246,5 +248,5 @@ class OperatorForm(WeakForm):
         model, coeff, d = self.model, self.coefficients, self.data
         fns = {w: model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
         fns |= {w: coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")}
-        arrays = (self.t, self.X, d.phi, d.ops, d.OX, d.Psi)
+        arrays = (self.t, self.X, d.phi, d.ops, d.OX, d.Psi, self.weights_or_ones())
         return KernelSpec(self.kind, arrays, fns, dict(coeff.shapes))

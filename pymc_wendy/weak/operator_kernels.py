@@ -87,6 +87,7 @@ class Evaluation:
     nll: float
     logdet: float
     L: np.ndarray  # (n, D M1)
+    weights: np.ndarray | None = None  # (M1, D) noise-variance weights, None = all ones
 
     @property
     def quadratic(self) -> float:
@@ -95,7 +96,9 @@ class Evaluation:
     @property
     def s2_columns(self) -> np.ndarray:
         """Effective variance of every column ``(e, m)`` of ``L``."""
-        return np.repeat(self.s2, self.L.shape[1] // self.s2.size)
+        if self.weights is None:
+            return np.repeat(self.s2, self.L.shape[1] // self.s2.size)
+        return (self.s2[:, None] * self.weights.T).ravel()
 
 
 def _b(data: Data, C: np.ndarray, beta: np.ndarray) -> np.ndarray:
@@ -124,13 +127,15 @@ def evaluate(
     sigma2: np.ndarray,
     ridge: float,
     diag: float | None = None,
+    weights: np.ndarray | None = None,
 ) -> Evaluation:
     """Residual, covariance factor and negative log-likelihood (``kernels.evaluate``)."""
     r = residual(data, F, terms)
     L = linearisation(data, Ju, terms.C)
     s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
     M1 = data.phi.shape[1]
-    Ls = L * np.repeat(np.sqrt(s2), M1)[None, :]
+    cols = np.repeat(s2, M1) if weights is None else (s2[:, None] * weights.T).ravel()
+    Ls = L * np.sqrt(cols)[None, :]
     S = Ls @ Ls.T
     S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = kernels.cholesky(S)
@@ -138,7 +143,9 @@ def evaluate(
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
     logdet = 2.0 * float(np.sum(np.log(np.diag(C))))
     nll = 0.5 * (logdet + z @ z + r.size * LOG_2PI)
-    return Evaluation(r=r, s2=s2, C=C, a=a, nll=float(nll), logdet=logdet, L=L)
+    return Evaluation(
+        r=r, s2=s2, C=C, a=a, nll=float(nll), logdet=logdet, L=L, weights=weights
+    )
 
 
 def dr_dp(data: Data, Jp: np.ndarray, terms: Terms) -> np.ndarray:
@@ -178,7 +185,10 @@ def gradient_parts(
     grad_p += np.einsum("qde,qdej->j", T, terms.C_p, optimize=True)
     if not sigma2:
         return grad_p, None, (B, T)
-    per_e = np.sum((ev.L * WL).reshape(n, D, M1), axis=(0, 2))
+    per_em = np.sum((ev.L * WL).reshape(n, D, M1), axis=0)
+    if ev.weights is not None:
+        per_em = per_em * ev.weights.T
+    per_e = np.sum(per_em, axis=1)
     return grad_p, 0.5 * (1.0 - ridge) * per_e, (B, T)
 
 

@@ -91,6 +91,9 @@ class TestFunctions:
     family : LocalFamily or None
         The family behind the rows, used by :meth:`evaluate`; ``None`` for user matrices, and
         the bump with ``eta`` when analytic details are given without a family.
+    n_boundary : int
+        The last ``n_boundary`` rows do not vanish at ``t[0]``, a known initial time
+        (:mod:`.boundary`); ``dphi``'s first column then also holds their boundary term.
     """
 
     # Keeps pytest from trying to collect this class when a test module imports it.
@@ -109,6 +112,7 @@ class TestFunctions:
     scales: np.ndarray | None = None
     eta: float = 9.0
     family: LocalFamily | None = None
+    n_boundary: int = 0
 
     def __post_init__(self) -> None:
         for name in (

@@ -87,13 +87,18 @@ class WeakODERV(RandomVariable):
         """
         lik = self.likelihood
         model = lik.base_model
-        if np.any(np.isnan(u0)):
+        times, skip = lik.t, 0
+        if lik.initial_state is not None:  # solve from the known state
+            u0 = lik.initial_state.u0
+            if lik.initial_state.t0 < lik.t[0]:
+                times, skip = np.concatenate([[lik.initial_state.t0], lik.t]), 1
+        elif np.any(np.isnan(u0)):
             if getattr(self, "_u0", None) is None:
                 self._u0 = estimate_initial_state(lik, solver=dict(self.solver))
             u0 = self._u0
         try:
-            U = solve(model, p, u0, lik.t, inputs=lik.inputs or None, **dict(self.solver))
-            return U[:, model.observed_columns]
+            U = solve(model, p, u0, times, inputs=lik.inputs or None, **dict(self.solver))
+            return U[skip:, model.observed_columns]
         except (SimulationError, ValueError) as exc:
             warnings.warn(
                 f"predictive draw: the ODE solve failed for p = {np.array2string(p, precision=4)}"
@@ -179,6 +184,10 @@ class WeakODELikelihood(Distribution):
         Initial state used only for predictive draws (the weak likelihood does not depend on
         it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw). For a
         model of order > 1 the states and their derivatives (``ode.companion_states``).
+        Ignored when ``initial_state`` is given (draws then solve from it).
+    initial_state, t0
+        A state known exactly at ``t0`` (numbers; see :class:`pymc_wendy.WeakLikelihood`):
+        the weak likelihood uses it through boundary test functions.
     inputs : mapping, optional
         Values of the model's known inputs (see :class:`pymc_wendy.WeakLikelihood`).
     test_functions, ridge, linear, max_precompute_bytes, time_unit
@@ -218,6 +227,8 @@ class WeakODELikelihood(Distribution):
         bias_correction=None,
         inputs=None,
         time_unit: str | None = None,
+        initial_state=None,
+        t0=None,
         **kwargs,
     ):
         if observed is None:
@@ -239,9 +250,14 @@ class WeakODELikelihood(Distribution):
                 "WeakODELikelihood term (with its own t; the terms share params), as in "
                 "docs/experiments.md"
             )
+        if _is_symbolic(initial_state) or _is_symbolic(t0):
+            raise TypeError(
+                "initial_state must be numbers (a known state); an initial state with a prior "
+                "is not supported yet"
+            )
         likelihood = _likelihood(
             ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes,
-            inputs, time_unit,
+            inputs, time_unit, {"initial_state": initial_state, "t0": t0},
         )  # fmt: skip
         if bias_correction is not None:
             if _is_symbolic(sigma):
@@ -327,8 +343,9 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
 
 
 def _likelihood(
-    ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs, time_unit=None
-):
+    ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs, time_unit=None,
+    known=None,
+):  # fmt: skip
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
     if isinstance(sigma, str) and sigma not in ("residual", "filter"):
@@ -346,6 +363,7 @@ def _likelihood(
         return WeakLikelihood(
             ode, t, observed, noise=noise, sigma=s, test_functions=test_functions, ridge=ridge,
             linear=linear, max_precompute_bytes=budget, inputs=inputs, time_unit=time_unit,
+            **(known or {}),
         )  # fmt: skip
 
     with warnings.catch_warnings():

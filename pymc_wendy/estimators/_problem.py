@@ -114,11 +114,11 @@ def prepare(
             f"({ode.name}); use one of {supported}"
         )
     known = {"initial_state": initial_state, "t0": t0}
-    if initial_state is not None and not estimator.weak_likelihood:
+    if initial_state is not None and not estimator.initial_state:
+        supported = [e for e in names() if get(e).initial_state]
         raise ValueError(
-            f"initial_state is used by the weak-form estimators; method {estimator.name!r} "
-            "solves the ODE forward: pass the known state as u0= with options={'fit_u0': "
-            "False} where it supports that"
+            f"initial_state is used by the weak-likelihood estimators {supported}; method "
+            f"{estimator.name!r} would ignore it"
         )
     if not estimator.weak_likelihood and not isinstance(model, Likelihood):
         if not isinstance(model, ODEModel):

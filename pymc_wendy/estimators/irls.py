@@ -168,4 +168,5 @@ ESTIMATOR = Estimator(
     covariance="gls",
     alternatives=("hessian", "sandwich"),
     operator_models=True,
+    initial_state=True,
 )

@@ -282,5 +282,6 @@ ESTIMATOR = Estimator(
     covariance="hessian",
     alternatives=("sandwich", "gls"),
     operator_models=True,
+    initial_state=True,
     bias_correction=True,
 )

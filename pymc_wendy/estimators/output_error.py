@@ -423,7 +423,9 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     ``likelihood`` is a single-experiment :class:`~pymc_wendy.WeakLikelihood`.
     """
     lik = likelihood
-    return residual_noise_of_data(lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver)
+    return residual_noise_of_data(
+        lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver, initial=lik.initial_state
+    )
 
 
 def residual_noise_of_data(

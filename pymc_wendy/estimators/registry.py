@@ -55,6 +55,10 @@ class Estimator:
     bias_correction : bool
         Whether it runs ``problem.bias_correction`` (:mod:`pymc_wendy.weak.bias`); ``fit``
         refuses ``bias_correction=`` for the others.
+    initial_state : bool
+        Whether all it estimates from comes from the weak likelihood, which then carries a
+        known ``initial_state`` (boundary test functions); ``fit`` refuses ``initial_state=``
+        for the others rather than ignore it.
     """
 
     name: str
@@ -68,6 +72,7 @@ class Estimator:
     check_options: Callable[[Mapping, str], None] | None = field(default=None, compare=False)
     operator_models: bool = False
     bias_correction: bool = False
+    initial_state: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}

@@ -175,4 +175,5 @@ ESTIMATOR = Estimator(
     alternatives=("gls", "hessian"),
     needs_start=False,
     operator_models=True,
+    initial_state=True,
 )

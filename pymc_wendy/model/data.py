@@ -378,8 +378,10 @@ def _time_point(t0: Any, data: ObservedData) -> float:
     else:
         origin = np.asarray(data.origin)
         try:
-            value = arr.astype(origin.dtype) if arr.dtype.kind in "mM" else np.asarray(
-                t0, dtype=origin.dtype
+            value = (
+                arr.astype(origin.dtype)
+                if arr.dtype.kind in "mM"
+                else np.asarray(t0, dtype=origin.dtype)
             )
             time = float((value - origin) / _unit_step(data.time_unit))
         except (TypeError, ValueError) as exc:

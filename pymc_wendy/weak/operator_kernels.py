@@ -143,9 +143,7 @@ def evaluate(
     a = sla.solve_triangular(C, z, lower=True, trans="T", check_finite=False)
     logdet = 2.0 * float(np.sum(np.log(np.diag(C))))
     nll = 0.5 * (logdet + z @ z + r.size * LOG_2PI)
-    return Evaluation(
-        r=r, s2=s2, C=C, a=a, nll=float(nll), logdet=logdet, L=L, weights=weights
-    )
+    return Evaluation(r=r, s2=s2, C=C, a=a, nll=float(nll), logdet=logdet, L=L, weights=weights)
 
 
 def dr_dp(data: Data, Jp: np.ndarray, terms: Terms) -> np.ndarray:

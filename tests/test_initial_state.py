@@ -1,0 +1,319 @@
+"""Known initial states (boundary test functions) and per-entry noise weights in the kernels."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from scipy import integrate
+
+import pymc_wendy as pw
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends.graph import plain_weak_nll
+from pymc_wendy.weak import kernels
+from pymc_wendy.weak.test_functions import bump, bump_derivative
+from pymc_wendy.weak.test_functions.boundary import product_weights
+
+LOGISTIC = pw.get_problem("logistic")
+LV = pw.get_problem("lotka_volterra")
+
+
+def _pk_model() -> pw.ODEModel:
+    """One compartment, first-order absorption of one dose at t = 0: the gut amount is in
+    closed form, so the model is first order in the concentration alone."""
+    import sympy as sp
+
+    def rhs(t, u, p):
+        ka, ke, a = p
+        return [a * ka * sp.exp(-ka * t) - ke * u[0]]
+
+    return pw.ODEModel(rhs, states=["C"], params=["ka", "ke", "a"], name="pk_oral_test")
+
+
+PK = _pk_model()
+PK_TRUE = np.array([1.5, 0.2, 10.0])
+
+
+def _fd_grad(f, p, eps=1e-6):
+    E = np.eye(p.size)
+    return np.array([(f(p + eps * E[j]) - f(p - eps * E[j])) / (2 * eps) for j in range(p.size)])
+
+
+# --- product integration -----------------------------------------------------------------------
+@pytest.mark.parametrize("uniform", [True, False])
+def test_product_weights_exact_for_cubics(uniform):
+    rng = np.random.default_rng(0)
+    t = np.linspace(0.0, 2.0, 31) if uniform else np.sort(rng.uniform(0, 2, 31))
+    t[0], t[-1] = 0.0, 2.0
+    r = 1.3
+
+    def g(s):
+        return bump(s / r)
+
+    w = product_weights(t, g)
+    y = 1.0 - 2.0 * t + 0.5 * t**3  # a cubic: its interpolant is itself
+    exact = integrate.quad(lambda s: g(s) * (1.0 - 2.0 * s + 0.5 * s**3), 0.0, r, limit=200)[0]
+    assert w @ y == pytest.approx(exact, rel=1e-9)
+
+
+def test_product_weights_fourth_order():
+    """Halving the spacing divides the error on a smooth integrand by about 16."""
+    r = 1.0
+
+    def g(s):
+        return bump_derivative(s / r) / r
+
+    exact = integrate.quad(lambda s: g(s) * np.sin(3 * s), 0.0, r, limit=200)[0]
+    errs = []
+    for n in (41, 81, 161):
+        t = np.linspace(0.0, 2.0, n)
+        errs.append(abs(product_weights(t, g) @ np.sin(3 * t) - exact))
+    ratios = np.array(errs[:-1]) / np.array(errs[1:])
+    assert np.all(ratios > 10), ratios
+
+
+def test_product_weights_refuses_short_grid():
+    with pytest.raises(ValueError, match="at least 4"):
+        product_weights(np.array([0.0, 1.0, 2.0]), np.ones_like)
+
+
+# --- the boundary residual ---------------------------------------------------------------------
+@pytest.mark.parametrize("before", [False, True])
+def test_boundary_residual_vanishes_on_exact_data(before):
+    """On noise-free data the boundary row's residual is at the level of the interior rows'
+    quadrature error, with t0 on the first time point or before the first observation."""
+    t = np.linspace(0.0, 10.0, 201)
+    U = pw.solve(LOGISTIC.model, LOGISTIC.p_true, LOGISTIC.u0, t)
+    keep = slice(6, None) if before else slice(None)
+    lik = pw.WeakLikelihood(
+        LOGISTIC.model, t[keep], U[keep], sigma=0.01, initial_state=LOGISTIC.u0, t0=0.0
+    )
+    tf = lik.test_functions
+    assert tf.n_boundary == 1 and lik.form.t[0] == 0.0
+    assert lik.form.t.size == t[keep].size + int(before)
+    r = lik.residual(LOGISTIC.p_true)
+    scale = np.linalg.norm(lik.dphi[-1]) * np.max(np.abs(U))
+    assert abs(r[-1]) < 1e-6 * scale
+    # a wrong initial state shows in the boundary row only
+    wrong = pw.WeakLikelihood(
+        LOGISTIC.model, t[keep], U[keep], sigma=0.01, initial_state=[0.05], t0=0.0
+    )
+    rw = wrong.residual(LOGISTIC.p_true)
+    assert abs(rw[-1]) > 1e3 * abs(r[-1])
+    np.testing.assert_allclose(rw[:-1], r[:-1], atol=1e-6 * scale)
+
+
+def test_known_row_is_exact_in_the_covariance():
+    """The known state's row has noise weight zero: S is L diag(sigma^2 w) L' with the
+    linearisation's columns at t0 left out."""
+    d = LV.simulate(n_points=81, noise_ratio=0.05, seed=2)
+    lik = pw.WeakLikelihood(LV.model, d.t, d.U, sigma=[0.1, 0.2], initial_state=LV.u0, ridge=0)
+    p = LV.p_true * 1.05
+    Ju = LV.model.evaluate("f_u", lik.form.t, lik.form.X, p)
+    L = kernels.linearisation(lik.phi, lik.dphi, Ju)  # [d, k, e, m]
+    L[:, :, :, 0] = 0.0
+    n = lik.n_residuals
+    L2 = L.reshape(n, -1)
+    v = np.repeat(np.array([0.1, 0.2]) ** 2, lik.form.t.size)
+    np.testing.assert_allclose(lik.covariance(p), (L2 * v) @ L2.T, rtol=1e-10, atol=1e-14)
+
+
+# --- derivatives and backends with noise weights -----------------------------------------------
+def _weighted(lik, seed=0):
+    """The same likelihood with random per-entry noise weights (and the known row's zero)."""
+    rng = np.random.default_rng(seed)
+    w = rng.uniform(0.3, 3.0, lik.form.X.shape)
+    if lik.form.weights is not None:
+        w[lik.form.weights == 0] = 0.0
+    lik.form.weights = w
+    lik._linear_cache = None
+    return lik
+
+
+def _likelihoods():
+    d = LV.simulate(n_points=61, noise_ratio=0.05, seed=4)
+    lv = pw.WeakLikelihood(LV.model, d.t, d.U, sigma=[0.2, 0.3], linear="general")
+    lv0 = pw.WeakLikelihood(
+        LV.model, d.t[3:], d.U[3:], sigma=[0.2, 0.3], initial_state=LV.u0, t0=0.0,
+        linear="general",
+    )  # fmt: skip
+    head = pw.get_problem("head_acceleration")
+    h = head.simulate(n_points=201, noise_ratio=0.02, seed=1)
+    op = pw.WeakLikelihood(head.model, h.t, h.U, sigma=0.05, inputs=h.inputs, linear="general")
+    return {
+        "lv": (_weighted(lv), LV.p_true),
+        "lv_known": (_weighted(lv0), LV.p_true),
+        "operator": (_weighted(op), head.p_true),
+    }
+
+
+LIKS = _likelihoods()
+
+
+@pytest.mark.parametrize("name", list(LIKS))
+def test_weighted_gradients_against_finite_differences(name):
+    lik, p_true = LIKS[name]
+    p = p_true * 1.03
+    s = lik.sigma * 1.2
+    _, g = lik.nll_grad(p, s)
+    np.testing.assert_allclose(g, _fd_grad(lambda q: lik.nll(q, s), p), rtol=2e-5, atol=1e-6)
+    _, _, gs2 = lik.nll_grad_sigma2(p, s)
+    fd_s2 = _fd_grad(lambda v: lik.nll(p, np.sqrt(v)), s**2, eps=1e-8)
+    np.testing.assert_allclose(gs2, fd_s2, rtol=2e-5, atol=1e-6)
+    H = lik.hessian(p, s)
+    Hfd = np.array([_fd_grad(lambda q, j=j: lik.nll_grad(q, s)[1][j], p) for j in range(p.size)])
+    np.testing.assert_allclose(H, Hfd, rtol=1e-4, atol=1e-4 * np.abs(H).max())
+
+
+@pytest.mark.parametrize("name", list(LIKS))
+def test_weighted_numba_kernel_matches_numpy(name):
+    lik, p_true = LIKS[name]
+    p = p_true * 0.97
+    s2 = lik.sigma**2 * 0.8
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
+    nll, gp, gs = kernel(p, s2, 0.0)
+    v, g, g2 = lik.nll_grad_sigma2(p, np.sqrt(s2))
+    assert nll == pytest.approx(v, rel=1e-10)
+    np.testing.assert_allclose(gp, g, rtol=1e-8, atol=1e-8)
+    np.testing.assert_allclose(gs, g2, rtol=1e-8, atol=1e-8)
+
+
+def test_weighted_linear_path_matches_general():
+    """Lotka-Volterra is linear in its parameters: the precomputed covariance carries the
+    weights too (numpy and compiled)."""
+    lik, p_true = LIKS["lv_known"]
+    fast = pw.WeakLikelihood(
+        LV.model, lik.t, lik.U, sigma=lik.sigma, initial_state=LV.u0, t0=0.0, linear="fast"
+    )
+    fast.form.weights = lik.form.weights
+    p = p_true * 1.02
+    assert fast.nll_grad(p)[0] == pytest.approx(lik.nll_grad(p)[0], rel=1e-10)
+    np.testing.assert_allclose(fast.nll_grad(p)[1], lik.nll_grad(p)[1], rtol=1e-8)
+    kernel = numba_kernels.make_kernel(fast, infer_sigma=False, want_grad=True)
+    nll, gp, _ = kernel(p, np.zeros(0), 0.0)
+    assert nll == pytest.approx(lik.nll(p), rel=1e-10)
+
+
+def test_weighted_plain_graph_matches():
+    import pytensor
+    import pytensor.tensor as pt
+
+    lik, p_true = LIKS["lv_known"]
+    p = pt.vector("p")
+    f = pytensor.function([p], plain_weak_nll(lik, p))
+    assert float(f(p_true * 1.01)) == pytest.approx(lik.nll(p_true * 1.01), rel=1e-9)
+
+
+# --- fits ----------------------------------------------------------------------------------------
+def _pk_data(n, first, noise, seed):
+    t = np.linspace(first, 24.0, n)
+    U = pw.solve(PK, PK_TRUE, [0.0], np.concatenate([[0.0], t]))[1:]
+    sd = noise * np.sqrt(np.mean(U**2))
+    return t, U + np.random.default_rng(seed).normal(size=U.shape) * sd
+
+
+def test_known_initial_state_before_first_observation_informs_absorption():
+    """A dose at t = 0 with C(0) = 0 known, first sample at 0.5 h: the rise is unobserved,
+    and only the known state pins the absorption rate and the amplitude."""
+    t, U = _pk_data(101, 0.5, 0.05, seed=1)
+    free = pw.fit(PK, t, U, p0=PK_TRUE)
+    known = pw.fit(PK, t, U, p0=PK_TRUE, initial_state=[0.0], t0=0.0)
+    assert known.success
+    assert np.all(np.abs(known.x - PK_TRUE) < 3 * known.stderr)
+    # measured over 100 data sets: median se 0.066 / 0.0029 / 0.13 against 0.27 / 0.0034 / 3.4
+    assert known.stderr[0] < 0.5 * free.stderr[0]
+    assert known.stderr[2] < 0.2 * free.stderr[2]
+
+
+def test_known_initial_state_is_unit_free():
+    t, U = _pk_data(101, 0.5, 0.05, seed=2)
+    base = pw.fit(PK, t, U, p0=PK_TRUE, initial_state=[0.0], t0=0.0)
+    ct, cu = 60.0, 1e-3  # hours -> minutes, mg/L -> g/L
+    p0 = PK_TRUE * np.array([1 / ct, 1 / ct, cu])
+    scaled = pw.fit(PK, t * ct, U * cu, p0=p0, initial_state=[0.0], t0=0.0)
+    back = np.array([ct, ct, 1 / cu])
+    np.testing.assert_allclose(scaled.x * back, base.x, rtol=1e-6)
+    np.testing.assert_allclose(scaled.stderr * back, base.stderr, rtol=1e-6)
+
+
+def test_initial_state_by_name_and_datetime_t0():
+    import pandas as pd
+
+    d = LV.simulate(n_points=81, noise_ratio=0.02, seed=5)
+    days = pd.Timestamp("2024-01-01") + pd.to_timedelta(d.t[2:], unit="D")
+    frame = pd.DataFrame(d.U[2:], index=days, columns=["x", "y"])
+    res = pw.fit(
+        LV.model, None, frame, initial_state={"y": LV.u0[1], "x": LV.u0[0]},
+        t0=pd.Timestamp("2024-01-01"),
+    )  # fmt: skip
+    ref = pw.fit(LV.model, d.t[2:], d.U[2:], initial_state=LV.u0, t0=0.0)
+    np.testing.assert_allclose(res.x, ref.x, rtol=1e-8)
+    assert res.likelihood.initial_state.t0 == pytest.approx(-d.t[2])
+
+
+def test_weak_ode_likelihood_with_initial_state():
+    import pymc as pm
+
+    t, U = _pk_data(61, 0.5, 0.05, seed=3)
+    lik = pw.WeakLikelihood(PK, t, U, sigma=0.3, initial_state=[0.0], t0=0.0)
+    with pm.Model() as m:
+        p = pm.LogNormal("p", mu=np.log(PK_TRUE), sigma=1.0, shape=3)
+        pw.WeakODELikelihood(
+            "C", ode=PK, params=p, t=t, observed=U, sigma=0.3, initial_state=[0.0], t0=0.0
+        )
+    logp = m.compile_logp(jacobian=False, sum=False)
+    point = {"p_log__": np.log(PK_TRUE * 1.1)}
+    assert float(logp(point)[-1]) == pytest.approx(-lik.nll(PK_TRUE * 1.1), rel=1e-9)
+    dlogp = m.compile_dlogp(jacobian=False)
+    assert np.all(np.isfinite(dlogp(point)))
+    # predictive draws solve from the known state at t0, before the first observation
+    traj = m["C"].owner.op.trajectory(PK_TRUE, np.full(1, np.nan))
+    np.testing.assert_allclose(traj, pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:], rtol=1e-6)
+
+
+# --- hostile inputs ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(initial_state=[1.0]), "one value per state"),
+        (dict(initial_state=[1.0, np.nan]), "finite"),
+        (dict(initial_state={"x": 1.0, "z": 1.0}), "missing \\['y'\\]"),
+        (dict(initial_state=[1.0, 1.0], t0=0.5), "after the first observation"),
+        (dict(t0=0.0), "without initial_state"),
+        (dict(initial_state=["a", 1.0]), "must be 2 numbers"),
+        (dict(initial_state=[1.0, 1.0], t0=np.datetime64("2024-01-01")), "numeric"),
+        (dict(initial_state=[0.0, 1.0], noise="lognormal"), "> 0"),
+    ],
+)
+def test_hostile_initial_state(kwargs, message):
+    d = LV.simulate(n_points=41, noise_ratio=0.02, seed=0)
+    with pytest.raises(ValueError, match=message):
+        pw.WeakLikelihood(LV.model, d.t, np.abs(d.U), sigma=0.1, **kwargs)
+
+
+def test_hostile_initial_state_refusals():
+    d = LV.simulate(n_points=41, noise_ratio=0.02, seed=0)
+    head = pw.get_problem("head_acceleration")
+    h = head.simulate(n_points=101, noise_ratio=0.02, seed=1)
+    with pytest.raises(ValueError, match="without inputs"):
+        pw.WeakLikelihood(
+            head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=np.zeros(1)
+        )
+    for method in ("oels", "hybrid", "data2ld"):
+        with pytest.raises(ValueError, match="would ignore it"):
+            pw.fit(LV.model, d.t, d.U, method=method, initial_state=LV.u0)
+    with pytest.raises(ValueError, match="one experiment"):
+        pw.fit(LV.model, [d.t, d.t], [d.U, d.U], initial_state=LV.u0)
+    lik = pw.WeakLikelihood(LV.model, d.t, d.U, sigma=0.1)
+    with pytest.raises(ValueError, match="initial_state"):
+        pw.fit(lik, initial_state=LV.u0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pymc as pm
+
+        with pm.Model(), pytest.raises(TypeError, match="prior"):
+            pw.WeakODELikelihood(
+                "u", ode=LV.model, params=LV.p_true, t=d.t, observed=d.U, sigma=0.1,
+                initial_state=pm.Normal("x0", shape=2),
+            )  # fmt: skip

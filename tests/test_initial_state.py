@@ -19,20 +19,9 @@ LOGISTIC = pw.get_problem("logistic")
 LV = pw.get_problem("lotka_volterra")
 
 
-def _pk_model() -> pw.ODEModel:
-    """One compartment, first-order absorption of one dose at t = 0: the gut amount is in
-    closed form, so the model is first order in the concentration alone."""
-    import sympy as sp
-
-    def rhs(t, u, p):
-        ka, ke, a = p
-        return [a * ka * sp.exp(-ka * t) - ke * u[0]]
-
-    return pw.ODEModel(rhs, states=["C"], params=["ka", "ke", "a"], name="pk_oral_test")
-
-
-PK = _pk_model()
-PK_TRUE = np.array([1.5, 0.2, 10.0])
+PK_PROBLEM = pw.get_problem("pk_oral")  # one oral dose at t = 0, C(0) = 0 known
+PK = PK_PROBLEM.model
+PK_TRUE = PK_PROBLEM.p_true
 
 
 def _fd_grad(f, p, eps=1e-6):

@@ -20,6 +20,8 @@ NAMES = [
 ]
 # higher-order problems (their own tests: tests/test_higher_order.py)
 HIGHER_ORDER = ["head_acceleration"]
+# problems of ours for the initial-state and dosing features (tests/test_initial_state.py)
+OURS = ["pk_oral"]
 LOGNORMAL = {"goodwin_3d", "sir_tdi"}
 
 
@@ -35,8 +37,8 @@ def _lotka_volterra_model():
 
 
 def test_registry_names():
-    assert list_problems() == NAMES + HIGHER_ORDER
-    assert set(PROBLEMS) == set(NAMES + HIGHER_ORDER)
+    assert list_problems() == NAMES + HIGHER_ORDER + OURS
+    assert set(PROBLEMS) == set(NAMES + HIGHER_ORDER + OURS)
     for name in NAMES:
         assert get_problem(name) is PROBLEMS[name]
         assert PROBLEMS[name].name == name

@@ -23,57 +23,18 @@ before the first observation.
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import roots_legendre
 
 from pymc_wendy.weak.test_functions.families import bump, bump_derivative
+from pymc_wendy.weak.test_functions.quadrature import ProductRule
 from pymc_wendy.weak.test_functions.result import TestFunctions
 
 __all__ = ["product_weights", "with_boundary"]
 
-#: points of the local interpolant (a cubic) and Gauss-Legendre nodes per interval
-_STENCIL = 4
-_NODES = 10
-
 
 def product_weights(t: np.ndarray, g) -> np.ndarray:
-    """Weights ``w`` with ``sum_m w_m y(t_m) ~ int g(t) y(t) dt`` over ``[t_0, t_M]``.
-
-    ``y`` is replaced by its piecewise cubic Lagrange interpolant (on interval ``i``, the
-    points ``i-1 .. i+2``, shifted inwards at the ends); ``g`` is a known smooth function,
-    integrated exactly against it with Gauss-Legendre nodes.
-
-    Parameters
-    ----------
-    t : ndarray, shape (M+1,)
-        Strictly increasing grid with at least four points.
-    g : callable
-        ``g(times) -> values`` (vectorised).
-
-    Returns
-    -------
-    ndarray, shape (M+1,)
-    """
-    t = np.asarray(t, dtype=float)
-    M1 = t.size
-    if M1 < _STENCIL:
-        raise ValueError(f"product integration needs at least {_STENCIL} time points; got {M1}")
-    x, wq = roots_legendre(_NODES)
-    lo, hi = t[:-1], t[1:]
-    half = (hi - lo) / 2.0
-    tq = (lo + hi)[:, None] / 2.0 + half[:, None] * x[None, :]  # (intervals, nodes)
-    wq = half[:, None] * wq[None, :]
-    first = np.clip(np.arange(M1 - 1) - 1, 0, M1 - _STENCIL)  # stencil start per interval
-    nodes = t[first[:, None] + np.arange(_STENCIL)[None, :]]  # (intervals, 4)
-    # Lagrange basis of the stencil at the quadrature nodes: (intervals, nodes, 4)
-    basis = np.ones(tq.shape + (_STENCIL,))
-    for j in range(_STENCIL):
-        for i in range(_STENCIL):
-            if i != j:
-                basis[:, :, j] *= (tq - nodes[:, i, None]) / (nodes[:, j, None] - nodes[:, i, None])
-    contrib = np.einsum("qn,qn,qnj->qj", g(tq), wq, basis)
-    w = np.zeros(M1)
-    np.add.at(w, first[:, None] + np.arange(_STENCIL)[None, :], contrib)
-    return w
+    """:class:`~.quadrature.ProductRule` weights on ``t`` for the function ``g(times)``."""
+    rule = ProductRule.on(t)
+    return rule.weights(g(rule.nodes))
 
 
 def with_boundary(

@@ -54,6 +54,7 @@ def build_test_functions(
     eta: float | None = None,
     min_points: float = 4,
     family: str | TestFunctionFamily = "bump",
+    quadrature: str = "auto",
     **selection_options: Any,
 ) -> TestFunctions:
     """Build orthonormal weak-form test functions for data ``U`` on grid ``t``.
@@ -97,6 +98,13 @@ def build_test_functions(
     family : str or LocalFamily, default "bump"
         The shape placed at every centre and radius: a registered name
         (:func:`~.families.families`) or an instance of a local family.
+    quadrature : {"auto", "trapezoid", "product"}, default "auto"
+        How the rows are weighted: the trapezoid rule (WENDy's; spectrally accurate for the
+        bumps on a uniform grid) or product integration (the data's local cubic interpolant
+        integrated exactly against the bump, :class:`~.quadrature.ProductRule`; ``O(h^4)`` on
+        any grid). ``"auto"``: trapezoid on uniform grids, product on non-uniform ones, where
+        radii are then counted in the median spacing instead of the largest
+        (``docs/data.md``).
     **selection_options
         Passed to :func:`select_min_radius` (``radius_range``, ``n_candidates``,
         ``per_candidate``, ``subsample_rate``, ``max_multiplier``; the last defaults to
@@ -115,7 +123,7 @@ def build_test_functions(
         larger than the rank, or a family that is not local.
     """
     t, U = check_data(t, U)
-    grid = make_grid(t)
+    grid = make_grid(t, quadrature)
     shape = local_family(family, eta)
     min_points = check_positive("min_points", min_points)
     K = _check_options(selection_options, min_radius, radii, K, Kmax, max_cond, max_info)
@@ -317,4 +325,5 @@ def _reduce(
         scales=full.scales,
         eta=getattr(family, "eta", float("nan")),
         family=family,
+        quadrature=grid.quadrature,
     )

@@ -13,9 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_wendy.weak.test_functions.families import LocalFamily
-from pymc_wendy.weak.test_functions.quadrature import quadrature_weights
+from pymc_wendy.weak.test_functions.quadrature import ProductRule, quadrature_weights
 
-__all__ = ["SNAP_RTOL", "Grid", "check_positive", "make_grid", "too_few_points"]
+__all__ = ["QUADRATURES", "SNAP_RTOL", "Grid", "check_positive", "make_grid", "too_few_points"]
+
+#: the quadrature rules the test-function rows can be weighted with (``"auto"`` picks one)
+QUADRATURES = ("auto", "trapezoid", "product")
 
 # Relative spacing deviation below which a grid counts as uniform (WENDy.jl uses 1e-6 absolute).
 UNIFORM_RTOL = 1e-6
@@ -37,6 +40,9 @@ class Grid:
     # Largest radius with at least one admissible centre.
     r_fit: float
     tol: float
+    # How rows are weighted: the trapezoid rule, or product integration (ProductRule)
+    quadrature: str = "trapezoid"
+    product: ProductRule | None = None
 
     @property
     def M(self) -> int:
@@ -73,6 +79,15 @@ class Grid:
         that made row ``i`` unit norm; the derivative rows share it.
         """
         c = self.t[centre_idx]
+        if self.product is not None:
+            s = (self.product.nodes[None] - c[:, None, None]) / radius
+            rows = self.product.weights(family.shape(s, 0))
+            scales = 1.0 / np.linalg.norm(rows, axis=1)
+            rows *= scales[:, None]
+            if not derivative:
+                return rows, None, scales
+            drows = self.product.weights(family.shape(s, 1)) * (scales[:, None] / radius)
+            return rows, drows, scales
         s = (self.t[None, :] - c[:, None]) / radius
         rows = family.shape(s, 0) * self.weights
         scales = 1.0 / np.linalg.norm(rows, axis=1)
@@ -83,8 +98,15 @@ class Grid:
         return rows, drows, scales
 
 
-def make_grid(t: np.ndarray) -> Grid:
-    """The :class:`Grid` of checked, strictly increasing times ``t``."""
+def make_grid(t: np.ndarray, quadrature: str = "auto") -> Grid:
+    """The :class:`Grid` of checked, strictly increasing times ``t``.
+
+    ``quadrature="auto"`` is the trapezoid rule on a uniform grid (spectrally accurate for
+    the smooth bumps) and product integration on a non-uniform one (:class:`ProductRule`);
+    radii are then counted in the median spacing rather than the largest.
+    """
+    if quadrature not in QUADRATURES:
+        raise ValueError(f"quadrature must be one of {QUADRATURES}; got {quadrature!r}")
     h = np.diff(t)
     dt = (t[-1] - t[0]) / (t.size - 1)
     uniform = bool(np.max(np.abs(h - dt)) <= UNIFORM_RTOL * dt)
@@ -97,8 +119,13 @@ def make_grid(t: np.ndarray) -> Grid:
         ideal = t[0] + dt * np.arange(t.size)
         tol += float(np.max(np.abs(t - ideal)))
     else:
-        unit = float(np.max(h))
         r_fit = float(np.max(np.minimum(t - t[0], t[-1] - t)))
+    if quadrature == "auto":
+        quadrature = "trapezoid" if uniform or t.size < 4 else "product"
+    if not uniform:
+        # trapezoid rows need a bump to cover a few samples everywhere (the largest spacing);
+        # product integration integrates the bump exactly, whatever its width between samples
+        unit = float(np.median(h) if quadrature == "product" else np.max(h))
     return Grid(
         t=t,
         weights=quadrature_weights(t),
@@ -106,6 +133,8 @@ def make_grid(t: np.ndarray) -> Grid:
         unit=unit,
         r_fit=float(r_fit),
         tol=tol,
+        quadrature=quadrature,
+        product=ProductRule.on(t) if quadrature == "product" else None,
     )
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from pymc_wendy._validation import check_times
 from pymc_wendy.weak.test_functions.families import BumpFamily, LocalFamily
-from pymc_wendy.weak.test_functions.quadrature import quadrature_weights
+from pymc_wendy.weak.test_functions.quadrature import ProductRule, quadrature_weights
 
 __all__ = ["RadiusSelection", "TestFunctions", "from_matrices"]
 
@@ -94,6 +94,8 @@ class TestFunctions:
     n_boundary : int
         The last ``n_boundary`` rows do not vanish at ``t[0]``, a known initial time
         (:mod:`.boundary`); ``dphi``'s first column then also holds their boundary term.
+    quadrature : {"trapezoid", "product"}
+        The rule the weights come from (:mod:`.quadrature`).
     """
 
     # Keeps pytest from trying to collect this class when a test module imports it.
@@ -113,6 +115,7 @@ class TestFunctions:
     eta: float = 9.0
     family: LocalFamily | None = None
     n_boundary: int = 0
+    quadrature: str = "trapezoid"
 
     def __post_init__(self) -> None:
         for name in (
@@ -154,7 +157,8 @@ class TestFunctions:
         Returns
         -------
         numpy.ndarray, shape (K, n)
-            Unweighted values: ``evaluate(t) * quadrature_weights(t)`` reproduces ``phi``.
+            Unweighted values: times the trapezoid weights (or through the product rule,
+            :attr:`quadrature`) they reproduce ``phi``.
 
         Raises
         ------
@@ -182,7 +186,7 @@ class TestFunctions:
 
         Order 0 is :attr:`phi`, order 1 :attr:`dphi`; higher orders (for models of order
         ``p``, whose weak form moves ``p`` derivatives onto the test functions) are
-        evaluated from the analytic representation with the same quadrature weights.
+        evaluated from the analytic representation with the same quadrature rule.
         """
         order = int(order)
         if order == 0:
@@ -191,6 +195,10 @@ class TestFunctions:
             return self.dphi
         if self.t is None:
             raise ValueError("derivative_matrix needs the time grid of the test functions")
+        if self.quadrature == "product":
+            rule = ProductRule.on(self.t)
+            values = self.evaluate(rule.nodes.ravel(), derivative=order)
+            return rule.weights(values.reshape(-1, *rule.nodes.shape))
         return self.evaluate(self.t, derivative=order) * quadrature_weights(self.t)
 
     def __repr__(self) -> str:

@@ -15,8 +15,8 @@ from pymc_wendy.weak.test_functions import (
     quadrature_weights,
     select_min_radius,
 )
-from pymc_wendy.weak.test_functions.radius import _corner
 from pymc_wendy.weak.test_functions.quadrature import ProductRule
+from pymc_wendy.weak.test_functions.radius import _corner
 
 T_END = 10.0
 

@@ -10,10 +10,10 @@ products with.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import roots_legendre
-
-from dataclasses import dataclass
 
 from pymc_wendy._validation import check_times
 

@@ -80,14 +80,19 @@ class Grid:
         """
         c = self.t[centre_idx]
         if self.product is not None:
-            s = (self.product.nodes[None] - c[:, None, None]) / radius
-            rows = self.product.weights(family.shape(s, 0))
+            lo, hi = c - radius, c + radius
+
+            def rule(order):
+                return self.product.local_weights(
+                    lo, hi, lambda x: family.shape((x - c[:, None, None]) / radius, order)
+                )
+
+            rows = rule(0)
             scales = 1.0 / np.linalg.norm(rows, axis=1)
             rows *= scales[:, None]
             if not derivative:
                 return rows, None, scales
-            drows = self.product.weights(family.shape(s, 1)) * (scales[:, None] / radius)
-            return rows, drows, scales
+            return rows, rule(1) * (scales[:, None] / radius), scales
         s = (self.t[None, :] - c[:, None]) / radius
         rows = family.shape(s, 0) * self.weights
         scales = 1.0 / np.linalg.norm(rows, axis=1)

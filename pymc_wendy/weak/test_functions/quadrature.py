@@ -114,13 +114,35 @@ class ProductRule:
                     )
         return cls(t, nodes, half[:, None] * wq[None, :], basis, first)
 
+    def local_weights(self, lo: np.ndarray, hi: np.ndarray, function) -> np.ndarray:
+        """Weights for ``R`` functions supported on ``[lo_r, hi_r]``, shape (R, M+1).
+
+        ``function(nodes)`` receives the nodes of the intervals each support touches, shape
+        (R, W, Q), and returns the functions' values there; only those intervals are
+        evaluated, so the cost grows with the supports' length, not the grid's.
+        """
+        n_int = self.first.size
+        i0 = np.clip(np.searchsorted(self.t, lo, side="right") - 1, 0, n_int - 1)
+        i1 = np.clip(np.searchsorted(self.t, hi, side="left"), i0 + 1, n_int)
+        width = int(np.max(i1 - i0))
+        idx = i0[:, None] + np.arange(width)[None, :]  # (R, W)
+        valid = idx < i1[:, None]
+        idx = np.minimum(idx, n_int - 1)
+        values = np.asarray(function(self.nodes[idx]), dtype=float) * valid[:, :, None]
+        contrib = np.einsum("rwq,rwq,rwqj->rwj", values, self.node_weights[idx], self.basis[idx])
+        cols = self.first[idx][:, :, None] + np.arange(_STENCIL)  # (R, W, 4)
+        flat = (np.arange(lo.size)[:, None, None] * self.t.size + cols).ravel()
+        out = np.bincount(flat, weights=contrib.ravel(), minlength=lo.size * self.t.size)
+        return out.reshape(lo.size, self.t.size)
+
     def weights(self, values: np.ndarray) -> np.ndarray:
         """Weights on the grid for functions given by their ``values`` at :attr:`nodes`:
         shape (..., I, Q) -> (..., M+1)."""
         values = np.asarray(values, dtype=float)
         contrib = np.einsum("...iq,iq,iqj->...ij", values, self.node_weights, self.basis)
         lead = contrib.shape[:-2]
-        flat = np.zeros((int(np.prod(lead)), self.t.size))
+        rows = int(np.prod(lead))
         idx = self.first[:, None] + np.arange(_STENCIL)[None, :]  # (I, 4)
-        np.add.at(flat, (slice(None), idx), contrib.reshape(flat.shape[0], *idx.shape))
-        return flat.reshape(lead + (self.t.size,))
+        flat = (np.arange(rows)[:, None, None] * self.t.size + idx[None]).ravel()
+        out = np.bincount(flat, weights=contrib.ravel(), minlength=rows * self.t.size)
+        return out.reshape(lead + (self.t.size,))

@@ -82,4 +82,5 @@ def with_boundary(
         selection=tf.selection,
         eta=eta,
         n_boundary=radii.size,
+        quadrature=tf.quadrature,  # of the interior rows; the boundary rows' is the product rule
     )

@@ -155,7 +155,7 @@ def fit(
         The state known exactly at ``t0`` (a concentration of 0 before the first dose, a
         known starting count): the weak-form estimators add boundary test functions that
         carry it (:class:`WeakLikelihood`; ``docs/data.md``), and the short-series noise
-        estimate solves from it. One experiment of a first-order model without inputs.
+        estimate solves from it. One experiment of a first-order model (inputs allowed).
     t0 : float or datetime, optional
         When ``initial_state`` holds (default: the first time point); at or before the
         first observation.

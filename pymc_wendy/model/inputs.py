@@ -195,6 +195,8 @@ class Input:
         lo, hi = float(tf.t[0]), float(tf.t[-1])
         self.check_covers(lo, hi, "the data")
         edges = np.concatenate([tf.centres - tf.widths, tf.centres + tf.widths, self.breakpoints])
+        if tf.n_boundary:  # the half bumps of a known initial state (test_functions.boundary)
+            edges = np.concatenate([edges, tf.t[0] + tf.boundary_widths])
         cuts = np.unique(np.clip(np.concatenate([[lo, hi], edges]), lo, hi))
         x, w = np.polynomial.legendre.leggauss(_NODES)
         half = 0.5 * np.diff(cuts)

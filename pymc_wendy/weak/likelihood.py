@@ -103,7 +103,7 @@ class WeakLikelihood:
         The state known exactly at ``t0`` (values in the state order, or by state name). The
         weak form then adds test functions that do not vanish at ``t0``, whose boundary term
         carries the known state (:mod:`pymc_wendy.weak.test_functions.boundary`); the state
-        at ``t0`` enters as exact data. First-order models without inputs.
+        at ``t0`` enters as exact data. First-order models (with or without inputs).
     t0 : float or datetime, optional
         When ``initial_state`` holds; default the first time point. May lie before the first
         observation (a dose at 0, first sample later), not after it.
@@ -206,10 +206,11 @@ class WeakLikelihood:
     def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
         """The grid from ``t0`` with the known state as its first, exact row; the test
         functions on it with boundary rows; the noise weights (zero on the known row)."""
-        if form_cls.kind != "general" or self.inputs:
+        if max(self.base_model.orders) > 1:
+            # the boundary terms of order q need the derivatives up to q - 1 at t0
             raise ValueError(
                 f"{self.base_model.name}: a known initial_state is supported for first-order "
-                "models without inputs; this model has derivative terms or inputs"
+                f"models; this one has order {max(self.base_model.orders)}"
             )
         if tf.n_boundary:
             raise ValueError("these test functions already have boundary rows")

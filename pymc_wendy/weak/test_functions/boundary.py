@@ -52,8 +52,9 @@ def with_boundary(
     Returns
     -------
     TestFunctions
-        Without the analytic representation (``evaluate`` is not available for the half
-        bumps); :attr:`TestFunctions.n_boundary` counts the boundary rows (the last ones).
+        :attr:`TestFunctions.n_boundary` counts the boundary rows (the last ones); their
+        analytic form (for integrals of known inputs) is in ``boundary_widths`` and
+        ``boundary_scales``.
     """
     t = np.asarray(t, dtype=float)
     t0, span = t[0], t[-1] - t[0]
@@ -65,6 +66,7 @@ def with_boundary(
     pad = np.zeros((tf.K, n_prepended))
     phi = [np.hstack([pad, tf.phi])]
     dphi = [np.hstack([pad, tf.dphi])]
+    scales = []
     for r in radii:
         w_phi = product_weights(t, lambda s, r=r: bump((s - t0) / r, eta))
         w_dphi = product_weights(t, lambda s, r=r: bump_derivative((s - t0) / r, eta) / r)
@@ -72,6 +74,7 @@ def with_boundary(
         w_dphi[0] += bump(0.0, eta)  # the boundary term phi(t0) u(t0)
         phi.append(w_phi[None, :] / norm)
         dphi.append(w_dphi[None, :] / norm)
+        scales.append(1.0 / norm)
     return TestFunctions(
         phi=np.vstack(phi),
         dphi=np.vstack(dphi),
@@ -80,7 +83,14 @@ def with_boundary(
         min_radius=tf.min_radius,
         singular_values=tf.singular_values,
         selection=tf.selection,
+        coefficients=tf.coefficients,
+        centres=tf.centres,
+        widths=tf.widths,
+        scales=tf.scales,
         eta=eta,
+        family=tf.family,
         n_boundary=radii.size,
         quadrature=tf.quadrature,  # of the interior rows; the boundary rows' is the product rule
+        boundary_widths=radii,
+        boundary_scales=np.array(scales),
     )

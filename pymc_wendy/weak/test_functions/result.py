@@ -94,6 +94,9 @@ class TestFunctions:
     n_boundary : int
         The last ``n_boundary`` rows do not vanish at ``t[0]``, a known initial time
         (:mod:`.boundary`); ``dphi``'s first column then also holds their boundary term.
+    boundary_widths, boundary_scales : numpy.ndarray or None, shape (n_boundary,)
+        Radius and normalisation of each boundary row: ``phi(t) = scale * psi((t - t[0]) /
+        radius)`` for ``t >= t[0]`` (``psi`` the bump with ``eta``), zero before.
     quadrature : {"trapezoid", "product"}
         The rule the weights come from (:mod:`.quadrature`).
     """
@@ -116,6 +119,8 @@ class TestFunctions:
     family: LocalFamily | None = None
     n_boundary: int = 0
     quadrature: str = "trapezoid"
+    boundary_widths: np.ndarray | None = None
+    boundary_scales: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -128,6 +133,8 @@ class TestFunctions:
             "centres",
             "widths",
             "scales",
+            "boundary_widths",
+            "boundary_scales",
         ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         if self.family is None and self.coefficients is not None:
@@ -179,7 +186,14 @@ class TestFunctions:
         s = (times[None, :] - self.centres[:, None]) / self.widths[:, None]
         scale = self.scales / self.widths**order  # d/dt = (1 / width) d/ds
         basis = self.family.shape(s, order) * scale[:, None]
-        return self.coefficients @ basis
+        values = self.coefficients @ basis
+        if not self.n_boundary:
+            return values
+        # the half bumps at t[0]: the bump's right half, zero before t[0]
+        r = self.boundary_widths[:, None]
+        s = (times[None, :] - self.t[0]) / r
+        half = BumpFamily(self.eta).shape(s, order) * (self.boundary_scales[:, None] / r**order)
+        return np.vstack([values, np.where(s >= 0.0, half, 0.0)])
 
     def derivative_matrix(self, order: int) -> np.ndarray:
         """``Phi^(order)[k, m] = phi_k^(order)(t_m) w_m`` on the data grid, shape (K, M+1).

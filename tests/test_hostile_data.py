@@ -317,3 +317,56 @@ def test_unknown_sigma_strings_are_refused(bad):
     pm = pytest.importorskip("pymc")
     with pm.Model(), pytest.raises(ValueError, match="'filter' or 'residual'"):
         pw.WeakODELikelihood("U", ode=lg.model, params=lg.p_true, t=d.t, observed=d.U, sigma=bad)
+
+
+# --- hostile inputs ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(initial_state=[1.0]), "one value per state"),
+        (dict(initial_state=[1.0, np.nan]), "finite"),
+        (dict(initial_state={"x": 1.0, "z": 1.0}), "missing \\['y'\\]"),
+        (dict(initial_state=[1.0, 1.0], t0=0.5), "after the first observation"),
+        (dict(t0=0.0), "without initial_state"),
+        (dict(initial_state=["a", 1.0]), "must be 2 numbers"),
+        (dict(initial_state=[1.0, 1.0], t0=np.datetime64("2024-01-01")), "numeric"),
+        (dict(initial_state=[0.0, 1.0], noise="lognormal"), "> 0"),
+    ],
+)
+def test_hostile_initial_state(kwargs, message):
+    d = P.simulate(n_points=41, noise_ratio=0.02, seed=0)
+    with pytest.raises(ValueError, match=message):
+        pw.WeakLikelihood(P.model, d.t, np.abs(d.U), sigma=0.1, **kwargs)
+
+
+def test_hostile_initial_state_refusals():
+    d = P.simulate(n_points=41, noise_ratio=0.02, seed=0)
+    head = pw.get_problem("head_acceleration")
+    h = head.simulate(n_points=101, noise_ratio=0.02, seed=1)
+    with pytest.raises(ValueError, match="first-order models; this one has order 2"):
+        pw.WeakLikelihood(
+            head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=np.zeros(1)
+        )
+    for method in ("oels", "hybrid", "data2ld"):
+        with pytest.raises(ValueError, match="would ignore it"):
+            pw.fit(P.model, d.t, d.U, method=method, initial_state=P.u0)
+    with pytest.raises(ValueError, match="one experiment"):
+        pw.fit(P.model, [d.t, d.t], [d.U, d.U], initial_state=P.u0)
+    lik = pw.WeakLikelihood(P.model, d.t, d.U, sigma=0.1)
+    with pytest.raises(ValueError, match="initial_state"):
+        pw.fit(lik, initial_state=P.u0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pymc as pm
+
+        with pm.Model(), pytest.raises(TypeError, match="prior"):
+            pw.WeakODELikelihood(
+                "u", ode=P.model, params=P.p_true, t=d.t, observed=d.U, sigma=0.1,
+                initial_state=pm.Normal("x0", shape=2),
+            )  # fmt: skip
+
+
+def test_hostile_quadrature_option():
+    d = P.simulate(n_points=41, noise_ratio=0.02, seed=0)
+    with pytest.raises(ValueError, match="quadrature must be one of"):
+        pw.WeakLikelihood(P.model, d.t, d.U, sigma=0.1, test_functions={"quadrature": "simpson"})

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 from scipy import integrate
@@ -313,50 +311,3 @@ def test_weak_ode_likelihood_with_initial_state():
     # predictive draws solve from the known state at t0, before the first observation
     traj = m["C"].owner.op.trajectory(PK_TRUE, np.full(1, np.nan))
     np.testing.assert_allclose(traj, pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:], rtol=1e-6)
-
-
-# --- hostile inputs ------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(initial_state=[1.0]), "one value per state"),
-        (dict(initial_state=[1.0, np.nan]), "finite"),
-        (dict(initial_state={"x": 1.0, "z": 1.0}), "missing \\['y'\\]"),
-        (dict(initial_state=[1.0, 1.0], t0=0.5), "after the first observation"),
-        (dict(t0=0.0), "without initial_state"),
-        (dict(initial_state=["a", 1.0]), "must be 2 numbers"),
-        (dict(initial_state=[1.0, 1.0], t0=np.datetime64("2024-01-01")), "numeric"),
-        (dict(initial_state=[0.0, 1.0], noise="lognormal"), "> 0"),
-    ],
-)
-def test_hostile_initial_state(kwargs, message):
-    d = LV.simulate(n_points=41, noise_ratio=0.02, seed=0)
-    with pytest.raises(ValueError, match=message):
-        pw.WeakLikelihood(LV.model, d.t, np.abs(d.U), sigma=0.1, **kwargs)
-
-
-def test_hostile_initial_state_refusals():
-    d = LV.simulate(n_points=41, noise_ratio=0.02, seed=0)
-    head = pw.get_problem("head_acceleration")
-    h = head.simulate(n_points=101, noise_ratio=0.02, seed=1)
-    with pytest.raises(ValueError, match="first-order models; this one has order 2"):
-        pw.WeakLikelihood(
-            head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=np.zeros(1)
-        )
-    for method in ("oels", "hybrid", "data2ld"):
-        with pytest.raises(ValueError, match="would ignore it"):
-            pw.fit(LV.model, d.t, d.U, method=method, initial_state=LV.u0)
-    with pytest.raises(ValueError, match="one experiment"):
-        pw.fit(LV.model, [d.t, d.t], [d.U, d.U], initial_state=LV.u0)
-    lik = pw.WeakLikelihood(LV.model, d.t, d.U, sigma=0.1)
-    with pytest.raises(ValueError, match="initial_state"):
-        pw.fit(lik, initial_state=LV.u0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import pymc as pm
-
-        with pm.Model(), pytest.raises(TypeError, match="prior"):
-            pw.WeakODELikelihood(
-                "u", ode=LV.model, params=LV.p_true, t=d.t, observed=d.U, sigma=0.1,
-                initial_state=pm.Normal("x0", shape=2),
-            )  # fmt: skip

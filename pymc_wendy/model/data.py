@@ -149,7 +149,12 @@ def _unit_step(unit: str) -> np.timedelta64:
     return step
 
 
-def _columns_by_name(columns: Sequence, states: Sequence[str], what: str) -> np.ndarray | None:
+def _columns_by_name(
+    columns: Sequence,
+    states: Sequence[str],
+    what: str,
+    hint: str = "rename them, or pass U.to_numpy() in the state order",
+) -> np.ndarray | None:
     """Positions of the model's states among labelled columns; None for unlabelled ones."""
     labels = list(columns)
     if all(isinstance(c, int | np.integer) for c in labels) and labels == list(range(len(labels))):
@@ -162,7 +167,7 @@ def _columns_by_name(columns: Sequence, states: Sequence[str], what: str) -> np.
             f"{what} {names} do not match the model's states {list(states)}"
             + (f": missing {missing}" if missing else "")
             + (f"; unknown {extra}" if extra else "")
-            + " (rename them, or pass U.to_numpy() in the state order)"
+            + f" ({hint})"
         )
     if len(set(names)) != len(names):
         raise ValueError(f"{what} {names} repeat a name")
@@ -327,18 +332,13 @@ def as_initial_state(
         return None
     D = len(states)
     if isinstance(initial_state, dict) or _is_pandas(initial_state, "Series"):
-        names = [str(k) for k in initial_state.keys()]
-        missing = [s for s in states if s not in names]
-        extra = [n for n in names if n not in states]
-        if missing or extra:
-            raise ValueError(
-                f"initial_state names {names} do not match the model's states {list(states)}"
-                + (f": missing {missing}" if missing else "")
-                + (f"; unknown {extra}" if extra else "")
-                + " (every state's initial value is needed)"
-            )
-        by_name = {str(k): v for k, v in initial_state.items()}
-        initial_state = [by_name[s] for s in states]
+        keys = list(initial_state.keys())
+        values = [initial_state[k] for k in keys]
+        order = _columns_by_name(
+            keys, states, "initial_state names",
+            hint="every state's initial value is needed",
+        )  # fmt: skip
+        initial_state = values if order is None else [values[i] for i in order]
     try:
         u0 = np.asarray(initial_state, dtype=float)
     except (TypeError, ValueError) as exc:

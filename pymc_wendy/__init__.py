@@ -38,6 +38,8 @@ from pymc_wendy.estimators import (
     wendy_mle,
 )
 from pymc_wendy.model import (
+    Doses,
+    Input,
     MissingDataWarning,
     ODEDefinitionError,
     ODEModel,
@@ -74,8 +76,10 @@ __all__ = [
     "PROBLEMS",
     "BiasCorrection",
     "CovarianceError",
+    "Doses",
     "FitResult",
     "FitWarning",
+    "Input",
     "JointLikelihood",
     "MissingDataWarning",
     "NonFiniteError",

@@ -16,6 +16,7 @@ from scipy import optimize
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
 from pymc_wendy.model.data import as_data
+from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.joint import JointLikelihood
@@ -24,6 +25,7 @@ from pymc_wendy.weak.likelihood import WeakLikelihood
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.protocol import Likelihood
 from pymc_wendy.weak.test_functions import TestFunctions
+from pymc_wendy.weak.test_functions.quadrature import segments
 
 # Option names checked by kind whichever estimator accepts them
 _COUNTS = {"maxiter", "max_iter", "max_nfev", "n_steps"}
@@ -165,18 +167,19 @@ def _data_only(model: ODEModel, t, U, noise, sigma, inputs, time_unit):
     tuples (and an (E, D) ``sigma``) for several experiments."""
     t = _times_for(t, U)
     if not _several(t, U):
-        t_, U_, s, s_est, t_given = _checked_data(model, t, U, noise, sigma, time_unit)
-        return t_, U_, s, s_est, as_inputs(model.inputs, inputs, t_given)
+        return _checked_data(model, t, U, noise, sigma, time_unit, inputs)
     E = len(t)
     sigmas = _per_experiment(sigma, E, "sigma", _is_scalar)
-    parts = [_checked_data(model, t[e], U[e], noise, sigmas[e], time_unit) for e in range(E)]
     forcing = _per_experiment(inputs, E, "inputs", lambda v: not isinstance(v, list | tuple))
+    parts = [
+        _checked_data(model, t[e], U[e], noise, sigmas[e], time_unit, forcing[e]) for e in range(E)
+    ]
     return (
         tuple(p[0] for p in parts),
         tuple(p[1] for p in parts),
         np.array([p[2] for p in parts]),
         any(p[3] for p in parts),
-        tuple(as_inputs(model.inputs, w, p[4]) for w, p in zip(forcing, parts, strict=True)),
+        tuple(p[4] for p in parts),
     )
 
 
@@ -374,8 +377,8 @@ def _joint_likelihood(
     return JointLikelihood(experiments)
 
 
-def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None):
-    """Validated data, noise level and all given times, for estimators that need no weak
+def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None, inputs=None):
+    """Validated data, noise level and inputs, for estimators that need no weak
     likelihood."""
     if noise not in ("normal", "lognormal"):
         raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
@@ -384,9 +387,11 @@ def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None):
     if noise == "lognormal":
         check_positive_data(t, U, model.states)
     Z = np.log(U) if noise == "lognormal" else U
+    # inputs given as values are on all the given times, missing rows included
+    forcing = as_inputs(model.inputs, inputs, data.t_given)
     if sigma is None:
-        return t, U, estimate_noise(Z), True, data.t_given
+        return t, U, estimate_noise(Z, segments=segments(t, jump_times(forcing))), True, forcing
     s = np.broadcast_to(np.asarray(sigma, dtype=float), (model.n_states,)).copy()
     if not np.all(np.isfinite(s)) or np.any(s <= 0):
         raise ValueError(f"sigma must be finite and positive; got {s}")
-    return t, U, s, False, data.t_given
+    return t, U, s, False, forcing

@@ -108,8 +108,9 @@ def _compile_sensitivity_rhs(model: ODEModel):
 
 
 def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
-    """``(rhs(s, y), breaks)`` of the companion state of a model with derivative terms or
-    inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``."""
+    """``(rhs(s, y), breaks, jumps)`` of the companion state of a model with derivative terms
+    or inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``; at a bolus
+    the state jumps by ``g(p) A`` and its sensitivity to ``p`` by ``g'(p) A``."""
     f, f_u, breaks, f_p = vector_field(model, p, inputs, t, jac_p=True)
     n, J = len(model.companion_states), model.n_params
 
@@ -119,7 +120,15 @@ def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndar
         dS[:, :J] += f_p(s, u)
         return np.concatenate([f(s, u), dS.ravel()])
 
-    return rhs, breaks
+    def jump(s, y):
+        du, dfp = breaks.jump(s, y[:n], with_p=True)
+        out = y.copy()
+        out[:n] += du
+        out[n:].reshape(n, J + n)[:, :J] += dfp
+        return out
+
+    jumps = None if breaks.jump is None else (breaks.jump_times, jump)
+    return rhs, breaks.times, jumps
 
 
 class _Problem:
@@ -150,9 +159,9 @@ class _Problem:
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
         try:
             if self.operator:
-                rhs, breaks = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
+                rhs, breaks, jumps = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
             else:
-                rhs, breaks = (lambda s, y: self.rhs(s, y, p)), None
+                rhs, breaks, jumps = (lambda s, y: self.rhs(s, y, p)), None, None
             if self.bound is not None:
                 rhs = _bounded(rhs, D, self.bound)
             Y = integrate(
@@ -165,6 +174,7 @@ class _Problem:
                 max_nfev=self.solver["max_nfev"],
                 name=self.model.name,
                 breaks=breaks,
+                jumps=jumps,
             )
             U = Y[:, :D][:, self.cols]
             S = Y[:, D:].reshape(-1, D, P)[:, self.cols, :]

@@ -4,11 +4,13 @@ The bottom layer: nothing here knows about weak forms, estimators or PyMC.
 """
 
 from pymc_wendy.model.data import MissingDataWarning, as_data
+from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
 
 __all__ = [
+    "Doses",
     "Input",
     "MissingDataWarning",
     "ODEDefinitionError",

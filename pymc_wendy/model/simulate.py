@@ -25,6 +25,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from pymc_wendy._validation import check_noise_name, check_times, check_vector
+from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
@@ -222,6 +223,9 @@ def solve(
     if max_nfev is not None:
         max_nfev = _positive_int(max_nfev, "max_nfev", 1)
     rhs, jacobian, breaks = vector_field(model, p, inputs, t)
+    jumps = None
+    if breaks.jump is not None:
+        jumps = (breaks.jump_times, lambda s, y: y + breaks.jump(s, y))
     return integrate(
         rhs,
         u0,
@@ -232,14 +236,19 @@ def solve(
         max_nfev=max_nfev,
         jac=jacobian if method in _IMPLICIT_METHODS else None,
         name=model.name,
-        breaks=breaks,
+        breaks=breaks.times,
+        jumps=jumps,
     )
 
 
 def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p: bool = False):
     """``(rhs(s, u), jacobian(s, u), breaks)`` of the system at ``p`` (the companion system
-    with its inputs for a model of order > 1 or with inputs; ``breaks`` are the inputs'
-    breakpoints, where a solver must restart); with ``jac_p`` also ``df/dp(s, u)`` last."""
+    with its inputs for a model of order > 1 or with inputs); with ``jac_p`` also
+    ``df/dp(s, u)`` last.
+
+    ``breaks`` is a :class:`Breaks`: the inputs' breakpoints, where a solver must restart,
+    and the jumps of the state at bolus doses (:class:`~pymc_wendy.Doses`).
+    """
     forcing = list(as_inputs(model.inputs, inputs, t).values())
     breaks = np.zeros(0)
     for w in forcing:
@@ -261,7 +270,35 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
     def parameter_jacobian(s, u):
         return model.parameter_jacobian(s, u, p, values(s))
 
-    return (rhs, jacobian, breaks, parameter_jacobian) if jac_p else (rhs, jacobian, breaks)
+    doses = [(i, w) for i, w in enumerate(forcing) if isinstance(w, Doses)]
+
+    def jump(s, u, with_p: bool = False):
+        # the inputs enter linearly with coefficients of p alone (ODEModel), so the jump of
+        # a bolus A is the right-hand side's change from w = 0 to w = A
+        amounts = np.zeros(len(forcing))
+        for i, w in doses:
+            amounts[i] = w.bolus_amount(s)
+        zero = np.zeros(len(forcing))
+        du = model(s, u, p, amounts) - model(s, u, p, zero)
+        if not with_p:
+            return du
+        dfp = model.parameter_jacobian(s, u, p, amounts) - model.parameter_jacobian(s, u, p, zero)
+        return du, dfp
+
+    times = np.unique(np.concatenate([w.jump_times for _, w in doses])) if doses else None
+    out = Breaks(breaks, times, jump if doses else None)
+    return (rhs, jacobian, out, parameter_jacobian) if jac_p else (rhs, jacobian, out)
+
+
+@dataclass(frozen=True)
+class Breaks:
+    """Where a solve restarts (:attr:`times`) and the state's jumps there: at
+    :attr:`jump_times` (bolus doses), ``jump(s, u)`` is the change of the state (with
+    ``with_p=True`` also of ``df/dp``'s integral, for sensitivities)."""
+
+    times: np.ndarray
+    jump_times: np.ndarray | None = None
+    jump: Callable | None = None
 
 
 def _solver_breaks(w: Input) -> np.ndarray:
@@ -292,11 +329,15 @@ def integrate(
     jac: Callable | None = None,
     name: str = "ode",
     breaks: np.ndarray | None = None,
+    jumps: tuple[np.ndarray, Callable] | None = None,
 ) -> np.ndarray:
     """``solve_ivp`` at the output times ``t``, with an evaluation limit and clear failures.
 
     Shared by :func:`solve` and the sensitivity solves of output-error estimation (which
-    integrate an augmented system). Returns shape (n, len(y0)); raises :class:`SimulationError`.
+    integrate an augmented system). The solve restarts at every break inside the span; at
+    the ``jumps`` times (in ``[t_0, t_M)``, a subset of the breaks or ``t_0``) the state
+    becomes ``jump(s, y)`` just after ``s``, and an output at ``s`` is the value before.
+    Returns shape (n, len(y0)); raises :class:`SimulationError`.
     """
     kwargs: dict = {} if jac is None else {"jac": jac}
     n_calls = 0
@@ -310,13 +351,21 @@ def integrate(
 
     # restart at the breakpoints inside the span (jumps of inputs): one solve per piece
     inner = [] if breaks is None else [b for b in np.asarray(breaks) if t[0] < b < t[-1]]
+    jump_at, jump = (np.zeros(0), None) if jumps is None else jumps
+    jump_at = {float(s) for s in np.asarray(jump_at) if t[0] <= s < t[-1]}
+    inner = sorted(set(inner) | (jump_at - {float(t[0])}))
     edges = [t[0], *inner, t[-1]]
     rows, y = [], np.asarray(y0, dtype=float)
+    if float(t[0]) in jump_at:  # the output at t_0 is the state before the dose
+        rows.append(y[:, None])
+        y = jump(float(t[0]), y)
     try:
         for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
             last = i == len(edges) - 2
-            keep = t[(t >= a) & ((t <= b) if last else (t < b))]
-            t_eval = keep if last else np.append(keep, b)
+            after = float(a) in jump_at  # a's output was taken before its jump
+            upto = last or float(b) in jump_at  # b's output, before its jump, belongs here
+            keep = t[((t > a) if after else (t >= a)) & ((t <= b) if upto else (t < b))]
+            t_eval = keep if keep.size and keep[-1] == b else np.append(keep, b)
             sol = solve_ivp(
                 counted, (a, b), y, method=method, t_eval=t_eval, rtol=rtol, atol=atol, **kwargs
             )
@@ -324,6 +373,8 @@ def integrate(
                 break
             rows.append(sol.y[:, : keep.size])
             y = sol.y[:, -1]
+            if float(b) in jump_at:
+                y = jump(float(b), y)
     except _EvaluationLimit as exc:
         raise SimulationError(
             f"{name}: the solver ({method}) gave up after {max_nfev} right-hand side "

@@ -142,9 +142,10 @@ class WeakForm(abc.ABC):
 
     @classmethod
     def default_test_functions(
-        cls, t: np.ndarray, X: np.ndarray, model: ODEModel
+        cls, t: np.ndarray, X: np.ndarray, model: ODEModel, breaks=()
     ) -> TestFunctions | None:
-        """Test functions when the user gives none, or None for the library default."""
+        """Test functions when the user gives none, or None for the library default;
+        ``breaks`` are where the data jump (bolus doses)."""
         return None
 
     # --- model derivatives at the data --------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.data import as_data, as_initial_state
+from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
@@ -30,6 +31,7 @@ from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.protocol import Correction, check_tilt
 from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions, from_matrices
 from pymc_wendy.weak.test_functions.boundary import with_boundary
+from pymc_wendy.weak.test_functions.quadrature import relevant_breaks, segments
 
 __all__ = ["ShortSeriesWarning", "WeakLikelihood"]
 
@@ -183,14 +185,29 @@ class WeakLikelihood:
 
     # --- set-up --------------------------------------------------------------------------
     def _test_functions(self, spec, form_cls: type[WeakForm]) -> TestFunctions:
+        # the data jump (or kink) at bolus doses: each side is integrated separately
+        breaks = jump_times(self.inputs)
         if spec is None:
-            tf = form_cls.default_test_functions(self.t, self.X, self.base_model)
-            return build_test_functions(self.t, self.X) if tf is None else tf
+            tf = form_cls.default_test_functions(self.t, self.X, self.base_model, breaks)
+            return build_test_functions(self.t, self.X, breaks=breaks) if tf is None else tf
+        inside = relevant_breaks(self.t, breaks)
         if isinstance(spec, TestFunctions):
             tf = spec
+            missing = np.setdiff1d(inside, tf.breaks)
+            if missing.size:
+                raise ValueError(
+                    f"the doses jump at {missing.tolist()}, which these test functions do not "
+                    "integrate across (build them with build_test_functions(..., breaks=...), "
+                    "or give build options instead)"
+                )
         elif isinstance(spec, Mapping):
-            return build_test_functions(self.t, self.X, **spec)
+            return build_test_functions(self.t, self.X, **{"breaks": breaks, **spec})
         elif isinstance(spec, Sequence) and len(spec) == 2:
+            if inside.size:
+                raise ValueError(
+                    f"the doses jump at {inside.tolist()}: test functions given as matrices "
+                    "cannot integrate across them; give build options instead"
+                )
             tf = from_matrices(spec[0], spec[1], self.t)
         else:
             raise TypeError(
@@ -238,14 +255,16 @@ class WeakLikelihood:
         radius = float(np.max(tf.radii)) if tf.radii.size else (t[-1] - t0) / 8
         radius = min(max(radius, reach), t[-1] - t0)
         eta = tf.eta if np.isfinite(tf.eta) else 9.0
-        tf = with_boundary(tf, t, int(prepend), np.array([radius]), eta)
+        tf = with_boundary(
+            tf, t, int(prepend), np.array([radius]), eta, breaks=jump_times(self.inputs)
+        )
         weights = np.ones(X.shape)
         weights[0] = 0.0
         return (t, X), tf, weights
 
     def _sigma(self, sigma) -> tuple[np.ndarray, bool]:
         if sigma is None:
-            est = estimate_noise(self.X)
+            est = estimate_noise(self.X, segments=segments(self.t, jump_times(self.inputs)))
             scale = np.sqrt(np.mean(self.X**2, axis=0))
             if np.all(est <= NOISE_FREE_RATIO * np.maximum(scale, np.finfo(float).tiny)):
                 warnings.warn(

@@ -105,7 +105,9 @@ def _coefficients(model: ODEModel) -> _Coefficients:
     return model.cached(("operator", "coefficients"), _Coefficients)
 
 
-def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel) -> TestFunctions:
+def default_test_functions(
+    t: np.ndarray, X: np.ndarray, model: ODEModel, breaks=()
+) -> TestFunctions:
     """The default test functions of a model of order ``q`` (``docs/higher_order.md``).
 
     :func:`~pymc_wendy.weak.test_functions.accurate_test_functions` with ``q`` and ``2 J``
@@ -117,7 +119,7 @@ def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel) -> Tes
     """
     q = max(model.orders)
     try:
-        return accurate_test_functions(t, X, q, 2 * model.n_params)
+        return accurate_test_functions(t, X, q, 2 * model.n_params, breaks)
     except ValueError as exc:
         raise ValueError(f"{model.name} has order {q}: {exc}") from None
 
@@ -147,8 +149,8 @@ class OperatorForm(WeakForm):
             )
 
     @classmethod
-    def default_test_functions(cls, t, X, model) -> TestFunctions:
-        return default_test_functions(t, X, model)
+    def default_test_functions(cls, t, X, model, breaks=()) -> TestFunctions:
+        return default_test_functions(t, X, model, breaks)
 
     def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
         super().__init__(model, t, X, test_functions, inputs, ridge, weights)

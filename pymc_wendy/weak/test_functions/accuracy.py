@@ -15,7 +15,7 @@ import numpy as np
 
 from pymc_wendy.weak.test_functions.build import build_test_functions
 from pymc_wendy.weak.test_functions.grid import make_grid
-from pymc_wendy.weak.test_functions.quadrature import ProductRule, quadrature_weights
+from pymc_wendy.weak.test_functions.quadrature import quadrature_weights
 from pymc_wendy.weak.test_functions.result import TestFunctions
 
 __all__ = ["MAX_MOMENT_ERROR", "accurate_test_functions", "moment_error"]
@@ -44,7 +44,7 @@ def moment_error(test_functions: TestFunctions, order: int) -> float:
     if tf.quadrature == "product":
         # the rule integrates the bump exactly against the cubic interpolant of s^q (exact
         # for q <= 3): what it gets wrong is only the data's interpolation
-        rule = ProductRule.on(tf.t)
+        rule = tf.product_rule
         s = (rule.nodes[None] - tf.centres[:, None, None]) / tf.widths[:, None, None]
         ones = np.ones(tf.t.size)
         sq = ((tf.t[None, :] - tf.centres[:, None]) / tf.widths[:, None]) ** order
@@ -59,25 +59,30 @@ def moment_error(test_functions: TestFunctions, order: int) -> float:
     return float(np.max(np.abs(moment - (-1) ** order * mass) / mass))
 
 
-def accurate_test_functions(t: np.ndarray, X: np.ndarray, order: int, wanted: int) -> TestFunctions:
+def accurate_test_functions(
+    t: np.ndarray, X: np.ndarray, order: int, wanted: int, breaks=()
+) -> TestFunctions:
     """The narrowest accurate test functions that give ``wanted`` of them, or the most.
 
     Radii ``r, 2r, 4r`` with ``r`` a whole number of grid spacings (the largest spacing on a
     non-uniform grid), tried from ``4 + 2 order`` spacings (where ``order``-th derivatives
     integrate to about 3e-4) down to 3, stopping where :func:`moment_error` exceeds
     :data:`MAX_MOMENT_ERROR`. Returns the first with at least ``wanted`` test functions,
-    else the one with the most.
+    else the one with the most. ``breaks``: where the data jump or kink
+    (:func:`build_test_functions`).
 
     Raises
     ------
     ValueError
         When no radius of 3 or more spacings fits on the grid accurately.
     """
-    h = make_grid(t).unit
+    h = make_grid(t, breaks=breaks).unit
     best = None
     for points in range(4 + 2 * order, 2, -1):
         try:
-            tf = build_test_functions(t, X, min_radius=points * h, multipliers=(1, 2, 4))
+            tf = build_test_functions(
+                t, X, min_radius=points * h, multipliers=(1, 2, 4), breaks=breaks
+            )
         except ValueError:  # the radius does not fit on the grid
             continue
         if moment_error(tf, order) > MAX_MOMENT_ERROR:

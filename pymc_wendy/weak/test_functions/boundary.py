@@ -25,20 +25,26 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_wendy.weak.test_functions.families import bump, bump_derivative
-from pymc_wendy.weak.test_functions.quadrature import ProductRule
+from pymc_wendy.weak.test_functions.quadrature import ProductRule, relevant_breaks
 from pymc_wendy.weak.test_functions.result import TestFunctions
 
 __all__ = ["product_weights", "with_boundary"]
 
 
-def product_weights(t: np.ndarray, g) -> np.ndarray:
-    """:class:`~.quadrature.ProductRule` weights on ``t`` for the function ``g(times)``."""
-    rule = ProductRule.on(t)
+def product_weights(t: np.ndarray, g, breaks=()) -> np.ndarray:
+    """:class:`~.quadrature.ProductRule` weights on ``t`` for the function ``g(times)``, the
+    data jumping at ``breaks``."""
+    rule = ProductRule.on(t, breaks)
     return rule.weights(g(rule.nodes))
 
 
 def with_boundary(
-    tf: TestFunctions, t: np.ndarray, n_prepended: int, radii: np.ndarray, eta: float = 9.0
+    tf: TestFunctions,
+    t: np.ndarray,
+    n_prepended: int,
+    radii: np.ndarray,
+    eta: float = 9.0,
+    breaks=None,
 ) -> TestFunctions:
     """``tf`` on the grid ``t`` (its first ``n_prepended`` points are new columns, where the
     interior functions vanish) plus one boundary row per radius in ``radii``.
@@ -49,6 +55,8 @@ def with_boundary(
     first data row is the known initial state, which the covariance must then treat as exact
     (a zero noise weight, :class:`~pymc_wendy.weak.form.WeakForm`).
 
+    ``breaks`` are where the data jump (bolus doses; default ``tf.breaks``), on the new grid.
+
     Returns
     -------
     TestFunctions
@@ -58,6 +66,7 @@ def with_boundary(
     """
     t = np.asarray(t, dtype=float)
     t0, span = t[0], t[-1] - t[0]
+    breaks = relevant_breaks(t, tf.breaks if breaks is None else breaks)
     radii = np.asarray(radii, dtype=float)
     if radii.size == 0 or np.any(radii <= 0) or np.any(radii > span):
         raise ValueError(
@@ -68,8 +77,8 @@ def with_boundary(
     dphi = [np.hstack([pad, tf.dphi])]
     scales = []
     for r in radii:
-        w_phi = product_weights(t, lambda s, r=r: bump((s - t0) / r, eta))
-        w_dphi = product_weights(t, lambda s, r=r: bump_derivative((s - t0) / r, eta) / r)
+        w_phi = product_weights(t, lambda s, r=r: bump((s - t0) / r, eta), breaks)
+        w_dphi = product_weights(t, lambda s, r=r: bump_derivative((s - t0) / r, eta) / r, breaks)
         norm = np.linalg.norm(w_phi)
         w_dphi[0] += bump(0.0, eta)  # the boundary term phi(t0) u(t0)
         phi.append(w_phi[None, :] / norm)
@@ -93,4 +102,5 @@ def with_boundary(
         quadrature=tf.quadrature,  # of the interior rows; the boundary rows' is the product rule
         boundary_widths=radii,
         boundary_scales=np.array(scales),
+        breaks=breaks,
     )

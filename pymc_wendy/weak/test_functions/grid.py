@@ -8,12 +8,16 @@ are counted ("points"), the largest radius that fits and the rounding slack.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from pymc_wendy.weak.test_functions.families import LocalFamily
-from pymc_wendy.weak.test_functions.quadrature import ProductRule, quadrature_weights
+from pymc_wendy.weak.test_functions.quadrature import (
+    ProductRule,
+    quadrature_weights,
+    relevant_breaks,
+)
 
 __all__ = ["QUADRATURES", "SNAP_RTOL", "Grid", "check_positive", "make_grid", "too_few_points"]
 
@@ -43,6 +47,8 @@ class Grid:
     # How rows are weighted: the trapezoid rule, or product integration (ProductRule)
     quadrature: str = "trapezoid"
     product: ProductRule | None = None
+    # Times in [t_0, t_M) where the data jump or kink (bolus doses)
+    breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def M(self) -> int:
@@ -103,15 +109,23 @@ class Grid:
         return rows, drows, scales
 
 
-def make_grid(t: np.ndarray, quadrature: str = "auto") -> Grid:
+def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=()) -> Grid:
     """The :class:`Grid` of checked, strictly increasing times ``t``.
 
     ``quadrature="auto"`` is the trapezoid rule on a uniform grid (spectrally accurate for
     the smooth bumps) and product integration on a non-uniform one (:class:`ProductRule`);
-    radii are then counted in the median spacing rather than the largest.
+    radii are then counted in the median spacing rather than the largest. ``breaks`` (times
+    where the data jump or kink: bolus doses) inside the span need the product rule, which
+    interpolates each side separately; the trapezoid rule is first order across a jump.
     """
     if quadrature not in QUADRATURES:
         raise ValueError(f"quadrature must be one of {QUADRATURES}; got {quadrature!r}")
+    breaks = relevant_breaks(t, breaks)
+    if breaks.size and quadrature == "trapezoid":
+        raise ValueError(
+            f"the data jump at {breaks.tolist()} (doses); the trapezoid rule integrates across "
+            "a jump to first order only: use quadrature='product' (or 'auto')"
+        )
     h = np.diff(t)
     dt = (t[-1] - t[0]) / (t.size - 1)
     uniform = bool(np.max(np.abs(h - dt)) <= UNIFORM_RTOL * dt)
@@ -126,7 +140,7 @@ def make_grid(t: np.ndarray, quadrature: str = "auto") -> Grid:
     else:
         r_fit = float(np.max(np.minimum(t - t[0], t[-1] - t)))
     if quadrature == "auto":
-        quadrature = "trapezoid" if uniform or t.size < 4 else "product"
+        quadrature = "trapezoid" if (uniform and not breaks.size) or t.size < 4 else "product"
     if not uniform:
         # trapezoid rows need a bump to cover a few samples everywhere (the largest spacing);
         # product integration integrates the bump exactly, whatever its width between samples
@@ -139,7 +153,8 @@ def make_grid(t: np.ndarray, quadrature: str = "auto") -> Grid:
         r_fit=float(r_fit),
         tol=tol,
         quadrature=quadrature,
-        product=ProductRule.on(t) if quadrature == "product" else None,
+        product=ProductRule.on(t, breaks) if quadrature == "product" else None,
+        breaks=breaks,
     )
 
 

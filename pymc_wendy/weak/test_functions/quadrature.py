@@ -10,14 +10,20 @@ products with.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.special import roots_legendre
 
 from pymc_wendy._validation import check_times
 
-__all__ = ["ProductRule", "gauss_legendre", "quadrature_weights"]
+__all__ = [
+    "ProductRule",
+    "gauss_legendre",
+    "quadrature_weights",
+    "relevant_breaks",
+    "segments",
+]
 
 
 def quadrature_weights(t: np.ndarray) -> np.ndarray:
@@ -82,55 +88,86 @@ class ProductRule:
     for a smooth compactly supported integrand on a *uniform* grid, but only second order on
     a non-uniform one or for an integrand that does not vanish at an end.
 
+    ``breaks`` are times where the data jump or kink (bolus doses, :class:`~pymc_wendy.Doses`).
+    The span is cut there into segments, and every piece of it is interpolated from the
+    points of its own segment only (extrapolated up to the break), so the rule stays
+    ``O(h^4)`` on each smooth side of a jump. A data point *at* a break is the left limit
+    (the value just before a dose) and belongs to the segment on its left. A segment with
+    fewer than four points is interpolated with all of them (a lower degree).
+
     Build it with :meth:`on`; :attr:`nodes` are where ``g`` is evaluated (shape
-    (intervals, nodes)), :meth:`weights` turns those values into weights on the grid.
+    (pieces, nodes)), :meth:`weights` turns those values into weights on the grid.
     """
 
     t: np.ndarray
-    nodes: np.ndarray  # (I, Q) Gauss-Legendre nodes per interval
+    edges: np.ndarray  # (I+1,) ends of the pieces: the grid times and the breaks inside
+    nodes: np.ndarray  # (I, Q) Gauss-Legendre nodes per piece
     node_weights: np.ndarray  # (I, Q)
-    basis: np.ndarray  # (I, Q, 4) the interval's Lagrange basis at its nodes
-    first: np.ndarray  # (I,) first grid index of each interval's stencil
+    basis: np.ndarray  # (I, Q, 4) the piece's Lagrange basis at its nodes (0 past its stencil)
+    first: np.ndarray  # (I,) first grid index of each piece's stencil
+    breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the breaks in [t_0, t_M)
 
     @classmethod
-    def on(cls, t: np.ndarray) -> ProductRule:
-        """The rule on the strictly increasing grid ``t`` (at least four points)."""
+    def on(cls, t: np.ndarray, breaks=()) -> ProductRule:
+        """The rule on the strictly increasing grid ``t`` (at least four points), with the
+        data's jumps or kinks at ``breaks`` (those outside ``[t_0, t_M)`` change nothing)."""
         t = np.asarray(t, dtype=float)
         M1 = t.size
         if M1 < _STENCIL:
             raise ValueError(f"product integration needs at least {_STENCIL} time points; got {M1}")
+        brk = relevant_breaks(t, breaks)
+        edges = np.union1d(t, brk)
+        lo, hi = edges[:-1], edges[1:]
         x, wq = roots_legendre(_NODES)
-        lo, hi = t[:-1], t[1:]
         half = (hi - lo) / 2.0
         nodes = (lo + hi)[:, None] / 2.0 + half[:, None] * x[None, :]
-        first = np.clip(np.arange(M1 - 1) - 1, 0, M1 - _STENCIL)
-        stencil = t[first[:, None] + np.arange(_STENCIL)[None, :]]  # (I, 4)
+        # segment of every grid point and of every piece (a point at a break is its left limit)
+        bounds = np.r_[-np.inf, brk, np.inf]
+        seg_pt = np.searchsorted(brk, t, side="left")
+        seg_piece = np.searchsorted(brk, lo, side="right")
+        s_first = np.searchsorted(seg_pt, np.arange(bounds.size - 1), side="left")
+        s_last = np.searchsorted(seg_pt, np.arange(bounds.size - 1), side="right") - 1
+        a, b = s_first[seg_piece], s_last[seg_piece]
+        if np.any(b < a):
+            bad = lo[b < a][0]
+            raise ValueError(
+                f"no data point between the breaks around t = {bad:g}: every stretch between "
+                "two doses (and after the last) needs at least one observation"
+            )
+        size = np.minimum(b - a + 1, _STENCIL)
+        i = np.searchsorted(t, lo, side="right") - 1  # last grid point at or before the piece
+        first = np.clip(i - 1, a, b - size + 1)
+        cols = first[:, None] + np.arange(_STENCIL)[None, :]
+        stencil = t[np.minimum(cols, M1 - 1)]  # (I, 4), entries past a piece's size unused
+        used = np.arange(_STENCIL)[None, :] < size[:, None]
         basis = np.ones(nodes.shape + (_STENCIL,))
         for j in range(_STENCIL):
-            for i in range(_STENCIL):
-                if i != j:
-                    basis[:, :, j] *= (nodes - stencil[:, i, None]) / (
-                        stencil[:, j, None] - stencil[:, i, None]
-                    )
-        return cls(t, nodes, half[:, None] * wq[None, :], basis, first)
+            for k in range(_STENCIL):
+                if k == j:
+                    continue
+                den = np.where(used[:, k], stencil[:, j] - stencil[:, k], 1.0)
+                factor = (nodes - stencil[:, k, None]) / den[:, None]
+                basis[:, :, j] *= np.where(used[:, k, None], factor, 1.0)
+        basis *= used[:, None, :]
+        return cls(t, edges, nodes, half[:, None] * wq[None, :], basis, first, brk)
 
     def local_weights(self, lo: np.ndarray, hi: np.ndarray, function) -> np.ndarray:
         """Weights for ``R`` functions supported on ``[lo_r, hi_r]``, shape (R, M+1).
 
-        ``function(nodes)`` receives the nodes of the intervals each support touches, shape
-        (R, W, Q), and returns the functions' values there; only those intervals are
+        ``function(nodes)`` receives the nodes of the pieces each support touches, shape
+        (R, W, Q), and returns the functions' values there; only those pieces are
         evaluated, so the cost grows with the supports' length, not the grid's.
         """
         n_int = self.first.size
-        i0 = np.clip(np.searchsorted(self.t, lo, side="right") - 1, 0, n_int - 1)
-        i1 = np.clip(np.searchsorted(self.t, hi, side="left"), i0 + 1, n_int)
+        i0 = np.clip(np.searchsorted(self.edges, lo, side="right") - 1, 0, n_int - 1)
+        i1 = np.clip(np.searchsorted(self.edges, hi, side="left"), i0 + 1, n_int)
         width = int(np.max(i1 - i0))
         idx = i0[:, None] + np.arange(width)[None, :]  # (R, W)
         valid = idx < i1[:, None]
         idx = np.minimum(idx, n_int - 1)
         values = np.asarray(function(self.nodes[idx]), dtype=float) * valid[:, :, None]
         contrib = np.einsum("rwq,rwq,rwqj->rwj", values, self.node_weights[idx], self.basis[idx])
-        cols = self.first[idx][:, :, None] + np.arange(_STENCIL)  # (R, W, 4)
+        cols = np.minimum(self.first[idx][:, :, None] + np.arange(_STENCIL), self.t.size - 1)
         flat = (np.arange(lo.size)[:, None, None] * self.t.size + cols).ravel()
         out = np.bincount(flat, weights=contrib.ravel(), minlength=lo.size * self.t.size)
         return out.reshape(lo.size, self.t.size)
@@ -142,7 +179,22 @@ class ProductRule:
         contrib = np.einsum("...iq,iq,iqj->...ij", values, self.node_weights, self.basis)
         lead = contrib.shape[:-2]
         rows = int(np.prod(lead))
-        idx = self.first[:, None] + np.arange(_STENCIL)[None, :]  # (I, 4)
+        idx = np.minimum(self.first[:, None] + np.arange(_STENCIL)[None, :], self.t.size - 1)
         flat = (np.arange(rows)[:, None, None] * self.t.size + idx[None]).ravel()
         out = np.bincount(flat, weights=contrib.ravel(), minlength=rows * self.t.size)
         return out.reshape(lead + (self.t.size,))
+
+
+def relevant_breaks(t: np.ndarray, breaks) -> np.ndarray:
+    """The sorted unique ``breaks`` in ``[t_0, t_M)``: those that cut the data span (a break
+    at ``t_M`` or later, or before ``t_0``, leaves every data point on one side)."""
+    b = np.unique(np.asarray(breaks, dtype=float).ravel())
+    if not np.all(np.isfinite(b)):
+        raise ValueError("break times must be finite")
+    return b[(b >= t[0]) & (b < t[-1])]
+
+
+def segments(t: np.ndarray, breaks) -> np.ndarray:
+    """Label of the smooth stretch of every time point: the number of ``breaks`` strictly
+    before it (a point at a break is the left limit, in the stretch before)."""
+    return np.searchsorted(relevant_breaks(t, breaks), t, side="left")

@@ -3,7 +3,8 @@ matrices) and :class:`RadiusSelection`, the record of the minimum-radius search.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -99,6 +100,9 @@ class TestFunctions:
         radius)`` for ``t >= t[0]`` (``psi`` the bump with ``eta``), zero before.
     quadrature : {"trapezoid", "product"}
         The rule the weights come from (:mod:`.quadrature`).
+    breaks : numpy.ndarray, shape (n_breaks,)
+        Times in ``[t_0, t_M)`` where the data jump or kink (bolus doses); the product rule
+        interpolates the data on each side separately (:class:`~.quadrature.ProductRule`).
     """
 
     # Keeps pytest from trying to collect this class when a test module imports it.
@@ -121,6 +125,7 @@ class TestFunctions:
     quadrature: str = "trapezoid"
     boundary_widths: np.ndarray | None = None
     boundary_scales: np.ndarray | None = None
+    breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         for name in (
@@ -135,6 +140,7 @@ class TestFunctions:
             "scales",
             "boundary_widths",
             "boundary_scales",
+            "breaks",
         ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         if self.family is None and self.coefficients is not None:
@@ -195,6 +201,13 @@ class TestFunctions:
         half = BumpFamily(self.eta).shape(s, order) * (self.boundary_scales[:, None] / r**order)
         return np.vstack([values, np.where(s >= 0.0, half, 0.0)])
 
+    @functools.cached_property
+    def product_rule(self) -> ProductRule:
+        """The :class:`~.quadrature.ProductRule` of the grid and its :attr:`breaks`."""
+        if self.t is None:
+            raise ValueError("the product rule needs the time grid of the test functions")
+        return ProductRule.on(self.t, self.breaks)
+
     def derivative_matrix(self, order: int) -> np.ndarray:
         """``Phi^(order)[k, m] = phi_k^(order)(t_m) w_m`` on the data grid, shape (K, M+1).
 
@@ -210,7 +223,7 @@ class TestFunctions:
         if self.t is None:
             raise ValueError("derivative_matrix needs the time grid of the test functions")
         if self.quadrature == "product":
-            rule = ProductRule.on(self.t)
+            rule = self.product_rule
             values = self.evaluate(rule.nodes.ravel(), derivative=order)
             return rule.weights(values.reshape(-1, *rule.nodes.shape))
         return self.evaluate(self.t, derivative=order) * quadrature_weights(self.t)

@@ -1,0 +1,160 @@
+r"""Doses at known times: boluses (an amount given at once) and infusions (at a constant rate).
+
+A dose is a known input of the model (:class:`~pymc_wendy.ODEModel` ``inputs=[...]``), and the
+right-hand side says where it goes and in which units, like any other input::
+
+    ode = pw.ODEModel(
+        lambda t, u, p, w: [-p[0] * u[0] + w[0], p[0] * u[0] / p[2] - p[1] * u[1]],
+        states=["gut", "C"], params=["ka", "ke", "V"], inputs=["dose"],
+    )
+
+So a bioavailability, a volume or a unit conversion is a coefficient the model writes
+(``F * dose / V``), not an option of the doses. As a function of time the doses are
+
+.. math:: w(t) = \sum_i A_i\,\delta(t - \tau_i) + \sum_j R_j\,1[s_j \le t < e_j],
+
+boluses ``A_i`` at ``tau_i`` and infusions at rate ``R_j = A_j / (e_j - s_j)``. The weak form
+uses the input only through ``int phi(t) w(t) dt``, which for a bolus is ``A_i phi(tau_i)``:
+exact, with no smoothing of the jump (:meth:`Doses.integrate`). The state the bolus goes into
+jumps by ``coefficient * A_i`` at ``tau_i``; the data then jump too, and the test functions
+are integrated with each side of the jump interpolated separately
+(:class:`~pymc_wendy.weak.test_functions.quadrature.ProductRule`). Forward solves restart at
+every dose and apply the jump (:func:`~pymc_wendy.solve`).
+
+Convention: the state *at* a bolus time is the value just before the dose (a sample taken at
+a dose time is a trough), and a known ``initial_state`` at a dose time is the pre-dose state.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from pymc_wendy.model.inputs import Input
+
+__all__ = ["Doses"]
+
+
+def _infusion_rate(times, starts, ends, rates) -> np.ndarray:
+    times = np.asarray(times, dtype=float)
+    on = (times[..., None] >= starts) & (times[..., None] < ends)
+    return np.sum(np.where(on, rates, 0.0), axis=-1)
+
+
+def _as_column(values, n: int, name: str) -> np.ndarray:
+    a = np.asarray(values, dtype=float)
+    if a.ndim > 1 or (a.ndim == 1 and a.size not in (1, n)):
+        raise ValueError(f"{name} must be one number or one per dose ({n}); got shape {a.shape}")
+    a = np.broadcast_to(a.ravel() if a.ndim else a, (n,)).astype(float)
+    if not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} contain NaN or infinite values")
+    return a
+
+
+class Doses(Input):
+    """Doses at known times, an input of a model: boluses and infusions.
+
+    Parameters
+    ----------
+    times : array_like, shape (n,)
+        Start of each dose (in the data's time units; the order does not matter, and several
+        doses may share a time).
+    amounts : float or array_like, shape (n,)
+        Amount of each dose (>= 0), in the units the model's coefficient of the input expects.
+    durations : float or array_like, shape (n,), default 0
+        0 for a bolus (the amount at once), > 0 for an infusion of the amount at a constant
+        rate ``amount / duration`` from ``time`` to ``time + duration``.
+    name : str, optional
+        A label for messages.
+
+    Notes
+    -----
+    Pointwise, :meth:`__call__` returns the infusion rate only: a bolus has no value at a
+    time. It acts through the weak form's integrals (:meth:`integrate`) and as a jump of
+    the state in forward solves (:attr:`bolus_times`, :meth:`bolus_amount`). See the
+    module documentation for the convention at a dose time.
+
+    Examples
+    --------
+    Three oral doses of 320 mg every 12 h, and a 1-hour infusion of 500 mg at t = 36:
+
+    >>> doses = Doses([0.0, 12.0, 24.0, 36.0], [320, 320, 320, 500], durations=[0, 0, 0, 1])
+    >>> doses.bolus_times.tolist()
+    [0.0, 12.0, 24.0]
+    >>> float(doses(np.array([36.5]))[0])
+    500.0
+    """
+
+    def __init__(self, times, amounts, *, durations=0.0, name: str | None = None):
+        times = np.asarray(times, dtype=float)
+        if times.ndim > 1:
+            raise ValueError(f"dose times must be one-dimensional; got shape {times.shape}")
+        times = times.ravel()
+        if times.size == 0:
+            raise ValueError("Doses needs at least one dose time")
+        if not np.all(np.isfinite(times)):
+            raise ValueError("dose times contain NaN or infinite values")
+        n = times.size
+        amounts = _as_column(amounts, n, "dose amounts")
+        durations = _as_column(durations, n, "dose durations")
+        if np.any(amounts < 0):
+            raise ValueError(f"dose amounts must be >= 0; got {amounts[amounts < 0].tolist()}")
+        if np.any(durations < 0):
+            raise ValueError(
+                f"dose durations must be >= 0 (0 for a bolus); got {durations[durations < 0]}"
+            )
+        bolus = durations == 0
+        order = np.argsort(times[bolus], kind="stable")
+        #: times of the boluses, increasing (repeated for doses at the same time)
+        self.bolus_times = times[bolus][order]
+        #: amount of each bolus, in the order of :attr:`bolus_times`
+        self.bolus_amounts = amounts[bolus][order]
+        starts, ends = times[~bolus], times[~bolus] + durations[~bolus]
+        rates = amounts[~bolus] / durations[~bolus]
+        #: the infusions as ``(start, end, rate)`` arrays
+        self.infusions = (starts, ends, rates)
+        rate = functools.partial(_infusion_rate, starts=starts, ends=ends, rates=rates)
+        super().__init__(
+            rate, breakpoints=np.concatenate([self.bolus_times, starts, ends]), name=name
+        )
+
+    @property
+    def jump_times(self) -> np.ndarray:
+        """The distinct bolus times, where the states a bolus enters jump."""
+        return np.unique(self.bolus_times)
+
+    def bolus_amount(self, time: float) -> float:
+        """The total bolus amount given at ``time`` (0 if none)."""
+        return float(np.sum(self.bolus_amounts[self.bolus_times == time]))
+
+    def integrate(self, test_functions, derivative: int = 0) -> np.ndarray:
+        """``int phi_k^(derivative)(t) w(t) dt`` over the data span: the infusions by
+        quadrature (exact: piecewise constant), each bolus in ``[t_0, t_M)`` as
+        ``A_i phi_k^(derivative)(tau_i)``.
+
+        A bolus at ``t_0`` counts in full: ``t_0``'s state is the pre-dose one (the module's
+        convention), which a boundary test function at a known initial state carries.
+        """
+        out = (
+            super().integrate(test_functions, derivative)
+            if self.infusions[0].size
+            else np.zeros(test_functions.K)
+        )
+        t = test_functions.t
+        inside = (self.bolus_times >= t[0]) & (self.bolus_times < t[-1])
+        if np.any(inside):
+            values = test_functions.evaluate(self.bolus_times[inside], derivative=derivative)
+            out = out + values @ self.bolus_amounts[inside]
+        return out
+
+    def __repr__(self) -> str:
+        n_inf = self.infusions[0].size
+        return f"Doses({self.bolus_times.size} boluses, {n_inf} infusions)"
+
+
+def jump_times(inputs) -> np.ndarray:
+    """The distinct bolus times of the :class:`Doses` among ``inputs`` (a mapping of name to
+    :class:`~pymc_wendy.model.inputs.Input`)."""
+    times = [w.jump_times for w in inputs.values() if isinstance(w, Doses)]
+    return np.unique(np.concatenate(times)) if times else np.zeros(0)

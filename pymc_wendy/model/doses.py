@@ -155,6 +155,6 @@ class Doses(Input):
 
 def jump_times(inputs) -> np.ndarray:
     """The distinct bolus times of the :class:`Doses` among ``inputs`` (a mapping of name to
-    :class:`~pymc_wendy.model.inputs.Input`)."""
-    times = [w.jump_times for w in inputs.values() if isinstance(w, Doses)]
+    :class:`~pymc_wendy.model.inputs.Input`; derivatives of doses too)."""
+    times = [w.jump_times for w in inputs.values() if hasattr(w, "jump_times")]
     return np.unique(np.concatenate(times)) if times else np.zeros(0)

@@ -1,0 +1,255 @@
+r"""Unobserved states: the input-output equation of a linear model in one observed state.
+
+A model linear in its states with known inputs, ``x' = A(p) x + B(p) w(t)``, observed in one
+state ``y = x_j`` only, satisfies one equation of order ``D`` in ``y`` alone (Cayley-Hamilton,
+or the transfer function ``y = e_j' (sI - A)^{-1} B w``)::
+
+    y^(D) + c_{D-1}(p) y^(D-1) + ... + c_0(p) y = sum_i sum_k n_ik(p) w_i^(k)
+
+with ``det(sI - A) = s^D + sum c_k s^k`` and ``n_i(s) = e_j' adj(sI - A) B_i``. It is a
+higher-order model with derivative terms and inputs whose coefficients depend on the
+parameters alone, which the weak form fits without derivative data
+(:mod:`pymc_wendy.weak.operator`); an input's derivative ``w^(k)`` enters through
+``int phi w^(k) dt = (-1)^k int phi^(k) w dt``, exact for doses (:class:`DerivativeInput`).
+This is the linear case of the input-output equations of Heitzman-Breen, Dukic and Bortz
+(2025); ``docs/doses.md`` says why this method and which models it covers.
+
+Refused, with a message: models nonlinear in the states (SIR observed in ``I``), states that
+the observed one does not see (the observability matrix is rank deficient), constant terms,
+and several observed states among unobserved ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sympy as sp
+
+from pymc_wendy.model.inputs import Input, as_inputs
+from pymc_wendy.model.ode import ODEModel
+
+__all__ = ["DerivativeInput", "InputOutput", "input_output"]
+
+
+class DerivativeInput(Input):
+    """The ``order``-th derivative of a known input, for the weak form only.
+
+    ``int phi w^(k) dt = (-1)^k int phi^(k) w dt`` (the test functions vanish with all their
+    derivatives at the ends of their supports), so its integrals are the base input's
+    against derivatives of the test functions. It has no pointwise values (the derivative of
+    a bolus is not a function): a forward solve refuses it, and is done with the latent
+    model instead.
+    """
+
+    def __init__(self, base: Input, order: int):
+        if order < 1:
+            raise ValueError(f"order must be >= 1; got {order}")
+        self.base = base
+        self.order = int(order)
+        self.name = f"{base.name or 'input'}_d{order}"
+        self.kind = base.kind
+        self.t, self.values, self._fn = base.t, base.values, base._fn
+        self.domain, self.breakpoints = base.domain, base.breakpoints
+
+    @property
+    def jump_times(self) -> np.ndarray:
+        return getattr(self.base, "jump_times", np.zeros(0))
+
+    def __call__(self, times) -> np.ndarray:
+        raise ValueError(
+            f"{self.name} is derivative {self.order} of the input {self.base.name!r}; it acts "
+            "only through integrals against test functions, so an input-output equation "
+            "cannot be solved forward: solve the latent model (InputOutput.latent) instead"
+        )
+
+    def integrate(self, test_functions, derivative: int = 0) -> np.ndarray:
+        if test_functions.n_boundary:
+            # a half bump jumps at t0, so moving the derivative onto it leaves a term in
+            # w(t0), which for a bolus at t0 is not a number
+            raise ValueError(
+                f"{self.name}: a known initial state with an input's derivative in the "
+                "input-output equation is not supported"
+            )
+        return (-1) ** self.order * self.base.integrate(test_functions, derivative + self.order)
+
+    def __repr__(self) -> str:
+        return f"DerivativeInput({self.base!r}, order={self.order})"
+
+
+@dataclass(frozen=True)
+class InputOutput:
+    """The input-output equation of a model observed in one state (:func:`input_output`).
+
+    Attributes
+    ----------
+    model : ODEModel
+        Order ``D`` in the observed state, with the latent model's parameters; inputs are the
+        latent model's and their derivatives (named ``name_d1``, ...) where they enter.
+    latent : ODEModel
+        The model it was derived from (for forward solves and predictions).
+    observed : str
+        The observed state.
+    characteristic : sympy.Expr
+        ``det(sI - A(p))`` in ``s`` and the parameters' names.
+    numerators : dict
+        Input name to ``e_j' adj(sI - A) B_i`` (a polynomial in ``s``).
+    derivative_inputs : dict
+        IO input name to ``(latent input name, derivative order)``.
+    """
+
+    model: ODEModel
+    latent: ODEModel
+    observed: str
+    characteristic: sp.Expr
+    numerators: dict
+    derivative_inputs: dict
+
+    def inputs(self, inputs, t=None) -> dict[str, Input]:
+        """The IO model's inputs from the latent model's (a mapping of names to values, as
+        :func:`~pymc_wendy.fit` takes them; ``t``: the data times, for values on a grid)."""
+        base = as_inputs(self.latent.inputs, inputs, np.zeros(2) if t is None else t)
+        out = {}
+        for name, (src, k) in self.derivative_inputs.items():
+            out[name] = base[src] if k == 0 else DerivativeInput(base[src], k)
+        return out
+
+
+def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
+    """The input-output equation of ``model`` in the state ``observed``.
+
+    Parameters
+    ----------
+    model : ODEModel
+        First order, linear in the states with coefficients of the parameters alone
+        (``x' = A(p) x + B(p) w``), no constant terms.
+    observed : str or sequence of one str
+        The observed state.
+
+    Returns
+    -------
+    InputOutput
+
+    Raises
+    ------
+    ValueError
+        For any model outside that class or an observed state that does not see every
+        other state, naming the reason.
+
+    Examples
+    --------
+    One-compartment oral absorption, the gut unobserved:
+
+    >>> oral = ODEModel(
+    ...     lambda t, u, p, w: [-p[0] * u[0] + w[0], p[0] * u[0] / p[2] - p[1] * u[1]],
+    ...     states=["gut", "C"], params=["ka", "ke", "V"], inputs=["dose"])
+    >>> io = input_output(oral, "C")
+    >>> io.model.orders
+    (2,)
+    """
+    if not isinstance(model, ODEModel):
+        raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
+    names = [observed] if isinstance(observed, str) else list(observed)
+    unknown = [n for n in names if n not in model.states]
+    if unknown:
+        raise ValueError(f"observed states {unknown} are not states of {model.name}")
+    if len(names) != 1:
+        raise ValueError(
+            f"{model.name}: input-output equations are derived for one observed state; got "
+            f"{names} (all states observed needs no derivation)"
+        )
+    if any(q > 1 for q in model.orders):
+        raise ValueError(f"{model.name}: input-output equations need a first-order model")
+    if model.transform is not None:
+        raise ValueError(f"{model.name}: derive the equation from the untransformed model")
+    j = model.states.index(names[0])
+    D = model.n_states
+    u = sp.symbols(f"u0:{D}", real=True)
+    w = sp.symbols(f"w0:{len(model.inputs)}", real=True)
+    exprs = sp.Matrix(model.full_expressions)
+    A = exprs.jacobian(sp.Matrix(u))
+    B = exprs.jacobian(sp.Matrix(w)) if w else sp.zeros(D, 0)
+    params = set(sp.symbols(f"p0:{model.n_params}", real=True))
+    for (row, col), a in np.ndenumerate(np.array(A.tolist(), dtype=object)):
+        if not sp.sympify(a).free_symbols <= params:
+            raise ValueError(
+                f"{model.name} is not linear in its states with coefficients of the parameters "
+                f"alone (equation {model.states[row]}: d/d{model.states[col]} = "
+                f"{model.named(a)}); input-output equations are derived for linear models "
+                "only (a nonlinear model such as SIR observed in I needs its equation written "
+                "by hand, docs/doses.md)"
+            )
+    rest = sp.simplify(exprs - A * sp.Matrix(u) - B * sp.Matrix(w))
+    if any(e != 0 for e in rest):
+        raise ValueError(
+            f"{model.name} has terms without a state or input ({[model.named(e) for e in rest]}"
+            "); give them as an input of value 1 to derive its input-output equation"
+        )
+    _check_observable(model, A, j)
+    s = sp.Symbol("s")
+    M = s * sp.eye(D) - A
+    char = sp.Poly(sp.expand(M.det()), s)
+    adj_row = (M.adjugate()[j, :] * B) if w else sp.zeros(1, 0)
+    coeffs = char.all_coeffs()[::-1]  # c_0 .. c_D (c_D = 1)
+    numerators = {}
+    derivative_inputs = {}
+    terms = []  # (io input index, coefficient)
+    for i, name in enumerate(model.inputs):
+        poly = sp.Poly(sp.expand(adj_row[0, i]), s)
+        numerators[name] = poly.as_expr()
+        for k, c in enumerate(poly.all_coeffs()[::-1]):
+            if c == 0:
+                continue
+            io_name = name if k == 0 else f"{name}_d{k}"
+            derivative_inputs[io_name] = (name, k)
+            terms.append((len(derivative_inputs) - 1, sp.simplify(c)))
+    P = sp.symbols(f"p0:{model.n_params}", real=True)
+    c_exprs = [sp.simplify(c) for c in coeffs[:D]]
+
+    def rhs(t, y, p, v=()):
+        sub = dict(zip(P, p, strict=True))
+        out = -sum(c.xreplace(sub) * y[k] for k, c in enumerate(c_exprs))
+        out += sum(c.xreplace(sub) * v[i] for i, c in terms)
+        return [out]
+
+    io_model = ODEModel(
+        rhs,
+        states=[names[0]],
+        params=model.params,
+        order=D,
+        inputs=list(derivative_inputs),
+        name=f"{model.name}[{names[0]}]",
+    )
+    return InputOutput(
+        model=io_model,
+        latent=model,
+        observed=names[0],
+        characteristic=model.named(char.as_expr()),
+        numerators={k: model.named(v) for k, v in numerators.items()},
+        derivative_inputs=derivative_inputs,
+    )
+
+
+def _check_observable(model: ODEModel, A: sp.Matrix, j: int) -> None:
+    """Refuse when the observed state does not see every state: the observability matrix
+    ``[e_j; e_j A; ...; e_j A^(D-1)]`` is rank deficient at generic parameter values."""
+    D = model.n_states
+    rng = np.random.default_rng(0)
+    P = sp.symbols(f"p0:{model.n_params}", real=True)
+    fn = sp.lambdify(P, A, "numpy")
+    # two generic points: a rank drop at both is structural, not a coincidence of values
+    ranks = []
+    for _ in range(2):
+        a = np.asarray(fn(*rng.uniform(0.5, 2.0, model.n_params)), dtype=float)
+        rows = [np.eye(D)[j]]
+        for _ in range(D - 1):
+            rows.append(rows[-1] @ a)
+        O = np.array(rows)
+        ranks.append(np.linalg.matrix_rank(O / np.linalg.norm(O, axis=1, keepdims=True)))
+    if max(ranks) < D:
+        raise ValueError(
+            f"{model.name}: the state {model.states[j]!r} does not see every other state (the "
+            f"observability matrix has rank {max(ranks)} < {D}): the unseen part of the model "
+            "cannot be estimated from it; observe another state or remove that part"
+        )

@@ -158,3 +158,25 @@ def jump_times(inputs) -> np.ndarray:
     :class:`~pymc_wendy.model.inputs.Input`; derivatives of doses too)."""
     times = [w.jump_times for w in inputs.values() if hasattr(w, "jump_times")]
     return np.unique(np.concatenate(times)) if times else np.zeros(0)
+
+
+def discontinuities(model, inputs) -> dict[str, np.ndarray]:
+    """Where the measured states of ``model`` jump and where they kink at bolus doses:
+    ``{"breaks": ..., "kinks": ...}`` (the keywords of
+    :func:`~pymc_wendy.build_test_functions`).
+
+    A bolus is a delta in the ``q``-th derivative of a state of order ``q`` (through the
+    input's ``k``-th derivative in an input-output equation,
+    :class:`~pymc_wendy.model.input_output.DerivativeInput`), so derivative ``q - 1 - k`` of
+    the state jumps: the state itself when that is 0, otherwise only a derivative.
+    """
+    names = list(model.inputs)
+    jumps, kinks = [np.zeros(0)], [np.zeros(0)]
+    for d, i in model.input_terms:
+        w = inputs[names[i]]
+        times = getattr(w, "jump_times", None)
+        if times is None or not times.size:
+            continue
+        (jumps if model.orders[d] - 1 - getattr(w, "order", 0) <= 0 else kinks).append(times)
+    breaks = np.unique(np.concatenate(jumps))
+    return {"breaks": breaks, "kinks": np.setdiff1d(np.concatenate(kinks), breaks)}

@@ -65,14 +65,19 @@ class DerivativeInput(Input):
         )
 
     def integrate(self, test_functions, derivative: int = 0) -> np.ndarray:
-        if test_functions.n_boundary:
-            # a half bump jumps at t0, so moving the derivative onto it leaves a term in
-            # w(t0), which for a bolus at t0 is not a number
+        if test_functions.n_boundary and not self._zero_before(float(test_functions.t[0])):
+            # a half bump jumps at t0, so moving the derivative onto it leaves terms in the
+            # input's derivatives at t0-, which vanish only if the input starts at t0 or later
             raise ValueError(
-                f"{self.name}: a known initial state with an input's derivative in the "
-                "input-output equation is not supported"
+                f"{self.name}: with a known initial state, the input {self.base.name!r} must be "
+                "doses given at or after t0 (zero before t0)"
             )
         return (-1) ** self.order * self.base.integrate(test_functions, derivative + self.order)
+
+    def _zero_before(self, t0: float) -> bool:
+        starts = getattr(self.base, "infusions", (np.zeros(0),))[0]
+        times = np.concatenate([getattr(self.base, "bolus_times", np.zeros(0)), starts])
+        return hasattr(self.base, "bolus_times") and bool(np.all(times >= t0))
 
     def __repr__(self) -> str:
         return f"DerivativeInput({self.base!r}, order={self.order})"
@@ -180,7 +185,10 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
                 "only (a nonlinear model such as SIR observed in I needs its equation written "
                 "by hand, docs/doses.md)"
             )
-    rest = sp.simplify(exprs - A * sp.Matrix(u) - B * sp.Matrix(w))
+    rest = exprs - A * sp.Matrix(u)
+    if w:
+        rest -= B * sp.Matrix(w)
+    rest = sp.simplify(rest)
     if any(e != 0 for e in rest):
         raise ValueError(
             f"{model.name} has terms without a state or input ({[model.named(e) for e in rest]}"

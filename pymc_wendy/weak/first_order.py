@@ -37,20 +37,20 @@ class FirstOrderForm(WeakForm):
         return True
 
     @classmethod
-    def default_test_functions(cls, t, X, model, breaks=()) -> TestFunctions:
+    def default_test_functions(cls, t, X, model, **where) -> TestFunctions:
         """WENDy's construction (corner-rule radius, multiples up to 8x); on a series too
         short for it to give ``2 J`` weak residuals (``K D``), the narrowest accurate radii
         instead (:func:`~pymc_wendy.weak.test_functions.accurate_test_functions`, as for
         higher-order models; ``docs/data.md`` has the measurements)."""
         D, J = X.shape[1], model.n_params
         try:
-            tf = build_test_functions(t, X, breaks=breaks)
+            tf = build_test_functions(t, X, **where)
         except ValueError:  # the corner rule's radii do not fit: the short rule may
             tf = None
         if tf is not None and tf.K * D >= 2 * J:
             return tf
         try:
-            short = accurate_test_functions(t, X, 1, -(-2 * J // D), breaks)
+            short = accurate_test_functions(t, X, 1, -(-2 * J // D), **where)
         except ValueError:
             if tf is None:
                 raise

@@ -142,10 +142,11 @@ class WeakForm(abc.ABC):
 
     @classmethod
     def default_test_functions(
-        cls, t: np.ndarray, X: np.ndarray, model: ODEModel, breaks=()
+        cls, t: np.ndarray, X: np.ndarray, model: ODEModel, **where
     ) -> TestFunctions | None:
         """Test functions when the user gives none, or None for the library default;
-        ``breaks`` are where the data jump (bolus doses)."""
+        ``where`` holds the data's ``breaks`` and ``kinks`` (doses), for
+        :func:`build_test_functions`."""
         return None
 
     # --- model derivatives at the data --------------------------------------------------------

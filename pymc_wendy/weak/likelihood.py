@@ -21,7 +21,7 @@ import numpy as np
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.data import as_data, as_initial_state
-from pymc_wendy.model.doses import jump_times
+from pymc_wendy.model.doses import discontinuities, jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
@@ -150,7 +150,8 @@ class WeakLikelihood:
         form_cls.check_noise(model, noise)
         data = as_data(t, U, model.states, time_unit=time_unit)
         t, U = check_data(data.t, data.U, model.n_states)
-        self.initial_state = as_initial_state(initial_state, t0, data, model.states)
+        # order > 1: the state and its derivatives (the companion layout) at t0
+        self.initial_state = as_initial_state(initial_state, t0, data, model.companion_states)
         # inputs given as values are on all the given times, missing rows included
         self.inputs = as_inputs(model.inputs, inputs, data.t_given)
         self.observed = data
@@ -186,14 +187,14 @@ class WeakLikelihood:
     # --- set-up --------------------------------------------------------------------------
     def _test_functions(self, spec, form_cls: type[WeakForm]) -> TestFunctions:
         # the data jump (or kink) at bolus doses: each side is integrated separately
-        breaks = jump_times(self.inputs)
+        where = discontinuities(self.base_model, self.inputs)
         if spec is None:
-            tf = form_cls.default_test_functions(self.t, self.X, self.base_model, breaks)
-            return build_test_functions(self.t, self.X, breaks=breaks) if tf is None else tf
-        inside = relevant_breaks(self.t, breaks)
+            tf = form_cls.default_test_functions(self.t, self.X, self.base_model, **where)
+            return build_test_functions(self.t, self.X, **where) if tf is None else tf
+        inside = relevant_breaks(self.t, np.concatenate(list(where.values())))
         if isinstance(spec, TestFunctions):
             tf = spec
-            missing = np.setdiff1d(inside, tf.breaks)
+            missing = np.setdiff1d(inside, np.union1d(tf.breaks, tf.kinks))
             if missing.size:
                 raise ValueError(
                     f"the doses jump at {missing.tolist()}, which these test functions do not "
@@ -201,7 +202,7 @@ class WeakLikelihood:
                     "or give build options instead)"
                 )
         elif isinstance(spec, Mapping):
-            return build_test_functions(self.t, self.X, **{"breaks": breaks, **spec})
+            return build_test_functions(self.t, self.X, **{**where, **spec})
         elif isinstance(spec, Sequence) and len(spec) == 2:
             if inside.size:
                 raise ValueError(
@@ -223,15 +224,21 @@ class WeakLikelihood:
     def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
         """The grid from ``t0`` with the known state as its first, exact row; the test
         functions on it with boundary rows; the noise weights (zero on the known row)."""
-        if max(self.base_model.orders) > 1:
-            # the boundary terms of order q need the derivatives up to q - 1 at t0
-            raise ValueError(
-                f"{self.base_model.name}: a known initial_state is supported for first-order "
-                f"models; this one has order {max(self.base_model.orders)}"
-            )
         if tf.n_boundary:
             raise ValueError("these test functions already have boundary rows")
         t0, u0 = self.initial_state
+        model = self.base_model
+        if max(model.orders) > 1:
+            # The boundary terms of order q carry the derivatives up to q - 1 at t0 times
+            # parameter-dependent coefficients; at rest (all zero: before a first dose) they
+            # vanish, and the doses at t0 enter through their integrals.
+            if np.any(u0 != 0):
+                raise ValueError(
+                    f"{model.name} has order {max(model.orders)}: a known initial_state is "
+                    f"supported at rest only (every value of {list(model.companion_states)} "
+                    f"zero, e.g. before a first dose); got {u0}"
+                )
+            u0 = u0[model.observed_columns]
         if self.noise == "lognormal":
             if np.any(u0 <= 0):
                 raise ValueError(
@@ -256,8 +263,9 @@ class WeakLikelihood:
         radius = min(max(radius, reach), t[-1] - t0)
         eta = tf.eta if np.isfinite(tf.eta) else 9.0
         tf = with_boundary(
-            tf, t, int(prepend), np.array([radius]), eta, breaks=jump_times(self.inputs)
-        )
+            tf, t, int(prepend), np.array([radius]), eta,
+            **discontinuities(self.base_model, self.inputs),
+        )  # fmt: skip
         weights = np.ones(X.shape)
         weights[0] = 0.0
         return (t, X), tf, weights

@@ -105,9 +105,7 @@ def _coefficients(model: ODEModel) -> _Coefficients:
     return model.cached(("operator", "coefficients"), _Coefficients)
 
 
-def default_test_functions(
-    t: np.ndarray, X: np.ndarray, model: ODEModel, breaks=()
-) -> TestFunctions:
+def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel, **where) -> TestFunctions:
     """The default test functions of a model of order ``q`` (``docs/higher_order.md``).
 
     :func:`~pymc_wendy.weak.test_functions.accurate_test_functions` with ``q`` and ``2 J``
@@ -119,7 +117,7 @@ def default_test_functions(
     """
     q = max(model.orders)
     try:
-        return accurate_test_functions(t, X, q, 2 * model.n_params, breaks)
+        return accurate_test_functions(t, X, q, 2 * model.n_params, **where)
     except ValueError as exc:
         raise ValueError(f"{model.name} has order {q}: {exc}") from None
 
@@ -149,8 +147,8 @@ class OperatorForm(WeakForm):
             )
 
     @classmethod
-    def default_test_functions(cls, t, X, model, breaks=()) -> TestFunctions:
-        return default_test_functions(t, X, model, breaks)
+    def default_test_functions(cls, t, X, model, **where) -> TestFunctions:
+        return default_test_functions(t, X, model, **where)
 
     def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
         super().__init__(model, t, X, test_functions, inputs, ridge, weights)

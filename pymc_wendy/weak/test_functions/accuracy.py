@@ -60,7 +60,7 @@ def moment_error(test_functions: TestFunctions, order: int) -> float:
 
 
 def accurate_test_functions(
-    t: np.ndarray, X: np.ndarray, order: int, wanted: int, breaks=()
+    t: np.ndarray, X: np.ndarray, order: int, wanted: int, **where
 ) -> TestFunctions:
     """The narrowest accurate test functions that give ``wanted`` of them, or the most.
 
@@ -68,7 +68,7 @@ def accurate_test_functions(
     non-uniform grid), tried from ``4 + 2 order`` spacings (where ``order``-th derivatives
     integrate to about 3e-4) down to 3, stopping where :func:`moment_error` exceeds
     :data:`MAX_MOMENT_ERROR`. Returns the first with at least ``wanted`` test functions,
-    else the one with the most. ``breaks``: where the data jump or kink
+    else the one with the most. ``where``: the data's ``breaks`` and ``kinks``
     (:func:`build_test_functions`).
 
     Raises
@@ -76,13 +76,11 @@ def accurate_test_functions(
     ValueError
         When no radius of 3 or more spacings fits on the grid accurately.
     """
-    h = make_grid(t, breaks=breaks).unit
+    h = make_grid(t, **where).unit
     best = None
     for points in range(4 + 2 * order, 2, -1):
         try:
-            tf = build_test_functions(
-                t, X, min_radius=points * h, multipliers=(1, 2, 4), breaks=breaks
-            )
+            tf = build_test_functions(t, X, min_radius=points * h, multipliers=(1, 2, 4), **where)
         except ValueError:  # the radius does not fit on the grid
             continue
         if moment_error(tf, order) > MAX_MOMENT_ERROR:

@@ -31,10 +31,10 @@ from pymc_wendy.weak.test_functions.result import TestFunctions
 __all__ = ["product_weights", "with_boundary"]
 
 
-def product_weights(t: np.ndarray, g, breaks=()) -> np.ndarray:
+def product_weights(t: np.ndarray, g, breaks=(), kinks=()) -> np.ndarray:
     """:class:`~.quadrature.ProductRule` weights on ``t`` for the function ``g(times)``, the
-    data jumping at ``breaks``."""
-    rule = ProductRule.on(t, breaks)
+    data jumping at ``breaks`` and kinked at ``kinks``."""
+    rule = ProductRule.on(t, breaks, kinks)
     return rule.weights(g(rule.nodes))
 
 
@@ -45,6 +45,7 @@ def with_boundary(
     radii: np.ndarray,
     eta: float = 9.0,
     breaks=None,
+    kinks=None,
 ) -> TestFunctions:
     """``tf`` on the grid ``t`` (its first ``n_prepended`` points are new columns, where the
     interior functions vanish) plus one boundary row per radius in ``radii``.
@@ -55,7 +56,8 @@ def with_boundary(
     first data row is the known initial state, which the covariance must then treat as exact
     (a zero noise weight, :class:`~pymc_wendy.weak.form.WeakForm`).
 
-    ``breaks`` are where the data jump (bolus doses; default ``tf.breaks``), on the new grid.
+    ``breaks`` and ``kinks`` are where the data or their derivative jump (bolus doses;
+    default ``tf``'s), on the new grid.
 
     Returns
     -------
@@ -67,6 +69,7 @@ def with_boundary(
     t = np.asarray(t, dtype=float)
     t0, span = t[0], t[-1] - t[0]
     breaks = relevant_breaks(t, tf.breaks if breaks is None else breaks)
+    kinks = relevant_breaks(t, tf.kinks if kinks is None else kinks)
     radii = np.asarray(radii, dtype=float)
     if radii.size == 0 or np.any(radii <= 0) or np.any(radii > span):
         raise ValueError(
@@ -77,8 +80,10 @@ def with_boundary(
     dphi = [np.hstack([pad, tf.dphi])]
     scales = []
     for r in radii:
-        w_phi = product_weights(t, lambda s, r=r: bump((s - t0) / r, eta), breaks)
-        w_dphi = product_weights(t, lambda s, r=r: bump_derivative((s - t0) / r, eta) / r, breaks)
+        w_phi = product_weights(t, lambda s, r=r: bump((s - t0) / r, eta), breaks, kinks)
+        w_dphi = product_weights(
+            t, lambda s, r=r: bump_derivative((s - t0) / r, eta) / r, breaks, kinks
+        )
         norm = np.linalg.norm(w_phi)
         w_dphi[0] += bump(0.0, eta)  # the boundary term phi(t0) u(t0)
         phi.append(w_phi[None, :] / norm)
@@ -103,4 +108,5 @@ def with_boundary(
         boundary_widths=radii,
         boundary_scales=np.array(scales),
         breaks=breaks,
+        kinks=kinks,
     )

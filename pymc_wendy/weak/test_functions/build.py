@@ -56,6 +56,7 @@ def build_test_functions(
     family: str | TestFunctionFamily = "bump",
     quadrature: str = "auto",
     breaks: Sequence[float] | np.ndarray = (),
+    kinks: Sequence[float] | np.ndarray = (),
     **selection_options: Any,
 ) -> TestFunctions:
     """Build orthonormal weak-form test functions for data ``U`` on grid ``t``.
@@ -106,11 +107,12 @@ def build_test_functions(
         any grid). ``"auto"``: trapezoid on uniform grids, product on non-uniform ones, where
         radii are then counted in the median spacing instead of the largest
         (``docs/data.md``).
-    breaks : sequence of float, optional
-        Times where the data jump (a bolus dose into a measured state) or kink (a dose into
-        the derivative of a higher-order model). The rows are then weighted by product
-        integration with each side of a break interpolated separately. The likelihoods pass
-        the dose times of :class:`~pymc_wendy.Doses` inputs themselves.
+    breaks, kinks : sequence of float, optional
+        Times where the data jump (a bolus dose into a measured state), and where only their
+        derivative jumps (a dose into an unmeasured state, or into the derivative of a
+        higher-order model). The rows are then weighted by product integration with each
+        side interpolated separately. The likelihoods pass the dose times of
+        :class:`~pymc_wendy.Doses` inputs themselves.
     **selection_options
         Passed to :func:`select_min_radius` (``radius_range``, ``n_candidates``,
         ``per_candidate``, ``subsample_rate``, ``max_multiplier``; the last defaults to
@@ -129,7 +131,7 @@ def build_test_functions(
         larger than the rank, or a family that is not local.
     """
     t, U = check_data(t, U)
-    grid = make_grid(t, quadrature, breaks)
+    grid = make_grid(t, quadrature, breaks, kinks)
     shape = local_family(family, eta)
     min_points = check_positive("min_points", min_points)
     K = _check_options(selection_options, min_radius, radii, K, Kmax, max_cond, max_info)
@@ -333,4 +335,5 @@ def _reduce(
         family=family,
         quadrature=grid.quadrature,
         breaks=grid.breaks,
+        kinks=grid.kinks,
     )

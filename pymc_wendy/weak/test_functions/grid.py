@@ -49,6 +49,8 @@ class Grid:
     product: ProductRule | None = None
     # Times in [t_0, t_M) where the data jump or kink (bolus doses)
     breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # Times in [t_0, t_M) where the data's derivative jumps (doses into unmeasured states)
+    kinks: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     @property
     def M(self) -> int:
@@ -109,18 +111,19 @@ class Grid:
         return rows, drows, scales
 
 
-def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=()) -> Grid:
+def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=()) -> Grid:
     """The :class:`Grid` of checked, strictly increasing times ``t``.
 
     ``quadrature="auto"`` is the trapezoid rule on a uniform grid (spectrally accurate for
     the smooth bumps) and product integration on a non-uniform one (:class:`ProductRule`);
     radii are then counted in the median spacing rather than the largest. ``breaks`` (times
-    where the data jump or kink: bolus doses) inside the span need the product rule, which
+    where the data jump: bolus doses) inside the span need the product rule, which
     interpolates each side separately; the trapezoid rule is first order across a jump.
+    ``kinks`` (where the data's derivative jumps) make ``"auto"`` choose it too.
     """
     if quadrature not in QUADRATURES:
         raise ValueError(f"quadrature must be one of {QUADRATURES}; got {quadrature!r}")
-    breaks = relevant_breaks(t, breaks)
+    breaks, kinks = relevant_breaks(t, breaks), relevant_breaks(t, kinks)
     if breaks.size and quadrature == "trapezoid":
         raise ValueError(
             f"the data jump at {breaks.tolist()} (doses); the trapezoid rule integrates across "
@@ -140,7 +143,8 @@ def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=()) -> Grid:
     else:
         r_fit = float(np.max(np.minimum(t - t[0], t[-1] - t)))
     if quadrature == "auto":
-        quadrature = "trapezoid" if (uniform and not breaks.size) or t.size < 4 else "product"
+        smooth = not (breaks.size or kinks.size)
+        quadrature = "trapezoid" if (uniform and smooth) or t.size < 4 else "product"
     if not uniform:
         # trapezoid rows need a bump to cover a few samples everywhere (the largest spacing);
         # product integration integrates the bump exactly, whatever its width between samples
@@ -153,8 +157,9 @@ def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=()) -> Grid:
         r_fit=float(r_fit),
         tol=tol,
         quadrature=quadrature,
-        product=ProductRule.on(t, breaks) if quadrature == "product" else None,
+        product=ProductRule.on(t, breaks, kinks) if quadrature == "product" else None,
         breaks=breaks,
+        kinks=kinks,
     )
 
 

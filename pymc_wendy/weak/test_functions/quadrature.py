@@ -88,12 +88,14 @@ class ProductRule:
     for a smooth compactly supported integrand on a *uniform* grid, but only second order on
     a non-uniform one or for an integrand that does not vanish at an end.
 
-    ``breaks`` are times where the data jump or kink (bolus doses, :class:`~pymc_wendy.Doses`).
-    The span is cut there into segments, and every piece of it is interpolated from the
-    points of its own segment only (extrapolated up to the break), so the rule stays
-    ``O(h^4)`` on each smooth side of a jump. A data point *at* a break is the left limit
-    (the value just before a dose) and belongs to the segment on its left. A segment with
-    fewer than four points is interpolated with all of them (a lower degree).
+    ``breaks`` are times where the data jump (a bolus into a measured state,
+    :class:`~pymc_wendy.Doses`), ``kinks`` where only their derivative does (a bolus into an
+    unmeasured state). The span is cut there into segments, and every piece of it is
+    interpolated from the points of its own segment only (extrapolated up to the cut), so the
+    rule stays ``O(h^4)`` on each smooth side. A data point *at* a break is the left limit
+    (the value just before a dose) and belongs to the segment on its left; a point at a
+    kink belongs to both. A segment with fewer than four points is interpolated with all of
+    them (a lower degree).
 
     Build it with :meth:`on`; :attr:`nodes` are where ``g`` is evaluated (shape
     (pieces, nodes)), :meth:`weights` turns those values into weights on the grid.
@@ -106,16 +108,19 @@ class ProductRule:
     basis: np.ndarray  # (I, Q, 4) the piece's Lagrange basis at its nodes (0 past its stencil)
     first: np.ndarray  # (I,) first grid index of each piece's stencil
     breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the breaks in [t_0, t_M)
+    kinks: np.ndarray = field(default_factory=lambda: np.zeros(0))  # the kinks in [t_0, t_M)
 
     @classmethod
-    def on(cls, t: np.ndarray, breaks=()) -> ProductRule:
+    def on(cls, t: np.ndarray, breaks=(), kinks=()) -> ProductRule:
         """The rule on the strictly increasing grid ``t`` (at least four points), with the
-        data's jumps or kinks at ``breaks`` (those outside ``[t_0, t_M)`` change nothing)."""
+        data's jumps at ``breaks`` and kinks at ``kinks`` (those outside ``[t_0, t_M)``
+        change nothing)."""
         t = np.asarray(t, dtype=float)
         M1 = t.size
         if M1 < _STENCIL:
             raise ValueError(f"product integration needs at least {_STENCIL} time points; got {M1}")
-        brk = relevant_breaks(t, breaks)
+        jumps, kinks = relevant_breaks(t, breaks), relevant_breaks(t, kinks)
+        brk = np.union1d(jumps, kinks)
         edges = np.union1d(t, brk)
         lo, hi = edges[:-1], edges[1:]
         x, wq = roots_legendre(_NODES)
@@ -127,6 +132,10 @@ class ProductRule:
         seg_piece = np.searchsorted(brk, lo, side="right")
         s_first = np.searchsorted(seg_pt, np.arange(bounds.size - 1), side="left")
         s_last = np.searchsorted(seg_pt, np.arange(bounds.size - 1), side="right") - 1
+        # a point at a kink (continuous data) also starts the segment on its right
+        at = np.searchsorted(t, brk)
+        shared = np.isin(brk, kinks) & (at < M1) & (t[np.minimum(at, M1 - 1)] == brk)
+        s_first[1:][shared] = at[shared]
         a, b = s_first[seg_piece], s_last[seg_piece]
         if np.any(b < a):
             bad = lo[b < a][0]
@@ -149,7 +158,7 @@ class ProductRule:
                 factor = (nodes - stencil[:, k, None]) / den[:, None]
                 basis[:, :, j] *= np.where(used[:, k, None], factor, 1.0)
         basis *= used[:, None, :]
-        return cls(t, edges, nodes, half[:, None] * wq[None, :], basis, first, brk)
+        return cls(t, edges, nodes, half[:, None] * wq[None, :], basis, first, jumps, kinks)
 
     def local_weights(self, lo: np.ndarray, hi: np.ndarray, function) -> np.ndarray:
         """Weights for ``R`` functions supported on ``[lo_r, hi_r]``, shape (R, M+1).

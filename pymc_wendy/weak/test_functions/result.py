@@ -100,9 +100,10 @@ class TestFunctions:
         radius)`` for ``t >= t[0]`` (``psi`` the bump with ``eta``), zero before.
     quadrature : {"trapezoid", "product"}
         The rule the weights come from (:mod:`.quadrature`).
-    breaks : numpy.ndarray, shape (n_breaks,)
-        Times in ``[t_0, t_M)`` where the data jump or kink (bolus doses); the product rule
-        interpolates the data on each side separately (:class:`~.quadrature.ProductRule`).
+    breaks, kinks : numpy.ndarray
+        Times in ``[t_0, t_M)`` where the data jump (bolus doses into a measured state), and
+        where only their derivative jumps; the product rule interpolates the data on each
+        side separately (:class:`~.quadrature.ProductRule`).
     """
 
     # Keeps pytest from trying to collect this class when a test module imports it.
@@ -126,6 +127,7 @@ class TestFunctions:
     boundary_widths: np.ndarray | None = None
     boundary_scales: np.ndarray | None = None
     breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    kinks: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     def __post_init__(self) -> None:
         for name in (
@@ -141,6 +143,7 @@ class TestFunctions:
             "boundary_widths",
             "boundary_scales",
             "breaks",
+            "kinks",
         ):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
         if self.family is None and self.coefficients is not None:
@@ -203,10 +206,11 @@ class TestFunctions:
 
     @functools.cached_property
     def product_rule(self) -> ProductRule:
-        """The :class:`~.quadrature.ProductRule` of the grid and its :attr:`breaks`."""
+        """The :class:`~.quadrature.ProductRule` of the grid, its :attr:`breaks` and
+        :attr:`kinks`."""
         if self.t is None:
             raise ValueError("the product rule needs the time grid of the test functions")
-        return ProductRule.on(self.t, self.breaks)
+        return ProductRule.on(self.t, self.breaks, self.kinks)
 
     def derivative_matrix(self, order: int) -> np.ndarray:
         """``Phi^(order)[k, m] = phi_k^(order)(t_m) w_m`` on the data grid, shape (K, M+1).

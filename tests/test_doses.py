@@ -1,0 +1,378 @@
+"""Doses (bolus and infusion inputs) and unobserved states (input-output equations)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import sympy as sp
+from scipy import integrate
+
+import pymc_wendy as pw
+from pymc_wendy.model.input_output import DerivativeInput, input_output
+from pymc_wendy.weak.noise import estimate_noise
+from pymc_wendy.weak.test_functions.quadrature import ProductRule, segments
+
+# one-compartment IV bolus: C' = -ke C + dose / V
+IV = pw.ODEModel(
+    lambda t, u, p, w: [-p[0] * u[0] + w[0] / p[1]],
+    states=["C"],
+    params=["ke", "V"],
+    inputs=["dose"],
+    name="iv",
+)
+IV_TRUE = np.array([0.2, 10.0])
+IV_DOSES = pw.Doses([0.0, 8.0, 16.0], 100.0)
+
+# one-compartment oral absorption: the gut is unobserved
+ORAL = pw.ODEModel(
+    lambda t, u, p, w: [-p[0] * u[0] + w[0], p[0] * u[0] / p[2] - p[1] * u[1]],
+    states=["gut", "C"],
+    params=["ka", "ke", "V"],
+    inputs=["dose"],
+    name="oral",
+)
+ORAL_TRUE = np.array([1.5, 0.2, 30.0])
+
+# two-compartment oral absorption, central compartment observed
+TWO = pw.ODEModel(
+    lambda t, u, p, w: [
+        -p[0] * u[0] + w[0],
+        p[0] * u[0] / p[1] - (p[2] + p[3]) * u[1] + p[4] * u[2],
+        p[3] * u[1] - p[4] * u[2],
+    ],
+    states=["gut", "C", "P"],
+    params=["ka", "V", "k10", "k12", "k21"],
+    inputs=["dose"],
+    name="two_compartment",
+)
+TWO_TRUE = np.array([1.2, 20.0, 0.15, 0.4, 0.2])
+
+
+def _iv_exact(t, ke=0.2, V=10.0, times=(0.0, 8.0, 16.0), amount=100.0):
+    """Closed form; at a dose time the value before the dose (the convention)."""
+    c = np.zeros_like(t)
+    for tau in times:
+        c += np.where(t > tau, amount / V * np.exp(-ke * (t - tau)), 0.0)
+    return c
+
+
+def _tf(t, **kw):
+    return pw.build_test_functions(t, np.sin(t)[:, None], min_radius=2.0, **kw)
+
+
+# --- Doses ---------------------------------------------------------------------------------
+def test_bolus_integral_is_the_test_function_at_the_dose():
+    t = np.linspace(0.0, 24.0, 97)
+    tf = _tf(t)
+    doses = pw.Doses([3.0, 11.3, 30.0], [2.0, 5.0, 7.0])  # the last is after the data
+    for k in (0, 1, 2):
+        expected = tf.evaluate(np.array([3.0, 11.3]), derivative=k) @ np.array([2.0, 5.0])
+        np.testing.assert_allclose(doses.integrate(tf, derivative=k), expected, atol=1e-13)
+
+
+def test_infusion_integral_is_exact():
+    """int phi' R 1[s, e) dt = R (phi(e) - phi(s)): exact, whatever the grid."""
+    t = np.linspace(0.0, 24.0, 97)
+    tf = _tf(t)
+    doses = pw.Doses([5.05, 12.0], [10.0, 3.0], durations=[2.5, 0.0])
+    rate = 10.0 / 2.5
+    ends = tf.evaluate(np.array([5.05, 7.55]), derivative=0)
+    expected = rate * (ends[:, 1] - ends[:, 0]) + 3.0 * tf.evaluate(np.array([12.0]), 1)[:, 0]
+    np.testing.assert_allclose(doses.integrate(tf, derivative=1), expected, atol=1e-12)
+    assert doses(np.array([5.0, 6.0, 7.6, 12.0])).tolist() == [0.0, rate, 0.0, 0.0]
+
+
+def test_solve_applies_bolus_jumps():
+    """Against the closed form, with the pre-dose value at a dose time (also at t0)."""
+    t = np.linspace(0.0, 24.0, 97)  # 8 and 16 are grid times
+    U = pw.solve(IV, IV_TRUE, [0.0], t, inputs={"dose": IV_DOSES})
+    np.testing.assert_allclose(U[:, 0], _iv_exact(t), atol=1e-8)
+    assert U[0, 0] == 0.0 and U[32, 0] == pytest.approx(_iv_exact(np.array([8.0]))[0])
+    # doses between output times, and an infusion
+    t2 = np.linspace(0.5, 24.5, 25)
+    doses = pw.Doses([0.0, 7.7, 12.0], [100.0, 100.0, 50.0], durations=[0, 0, 2.0])
+    U2 = pw.solve(IV, IV_TRUE, [0.0], np.r_[0.0, t2], inputs={"dose": doses})[1:, 0]
+    ke, V = IV_TRUE
+    inf = np.where(
+        t2 > 12.0,
+        25.0 / (V * ke) * (1 - np.exp(-ke * (np.minimum(t2, 14.0) - 12.0))),
+        0.0,
+    ) * np.exp(-ke * np.clip(t2 - 14.0, 0, None))
+    exact = _iv_exact(t2, times=(0.0, 7.7)) + inf
+    np.testing.assert_allclose(U2, exact, atol=1e-8)
+
+
+def test_output_error_sensitivities_jump_with_the_dose():
+    """The jump A / V depends on V: the sensitivity solve against central differences."""
+    from pymc_wendy.estimators.output_error import _Problem
+
+    t = np.linspace(0.0, 24.0, 49)
+    X = _iv_exact(t)[:, None]
+    solver = {"method": "LSODA", "rtol": 1e-10, "atol": 1e-12, "max_nfev": 100_000}
+    prob = _Problem(IV, t, X, False, np.array([10.0]), solver, {"dose": IV_DOSES})
+    theta = np.array([0.25, 8.0, 0.3])
+    J = prob.jacobian(theta)
+    E = np.eye(3)
+    h = 1e-5
+    fd = np.column_stack(
+        [
+            (prob.residual(theta + h * E[j]) - prob.residual(theta - h * E[j])) / (2 * h)
+            for j in range(3)
+        ]
+    )
+    np.testing.assert_allclose(J, fd, rtol=1e-5, atol=1e-7 * np.abs(J).max())
+
+
+# --- quadrature and noise across jumps -----------------------------------------------------
+def test_product_rule_fourth_order_across_jumps():
+    """Each side of a jump is interpolated separately: O(h^4), with the break on a grid
+    point (the point is the left limit) and between grid points."""
+
+    def g(s):
+        return np.cos(0.3 * s)
+
+    for where in ("on", "between"):
+        errs = []
+        for n in (41, 81, 161, 321):
+            t = np.linspace(0.0, 10.0, n)
+            b = t[n // 3] if where == "on" else 3.3 + 1e-3
+            rule = ProductRule.on(t, [b])
+
+            def y(s, b=b):
+                return np.sin(s) + np.where(s > b, 1.0 + 0.5 * s, 0.0)
+
+            w = rule.weights(g(rule.nodes))
+            exact = integrate.quad(lambda s, y=y: g(s) * y(s), 0, 10, points=[b], limit=200)[0]
+            errs.append(abs(w @ y(t) - exact))
+        assert errs[-1] < 1e-8
+        assert errs[0] / errs[-1] > 300  # 2^(4*3) = 4096 for O(h^4); O(h) would give 8
+
+
+def test_noise_estimate_skips_windows_across_jumps():
+    t = np.linspace(0.0, 24.0, 97)
+    U = _iv_exact(t)[:, None]
+    seg = segments(t, IV_DOSES.jump_times)
+    # t0 (a dose) is alone before its dose; t = 8 (index 32) is the left limit of its dose
+    assert seg.tolist()[:34] == [0] + [1] * 32 + [2]
+    plain, split = [], []
+    for seed in range(20):
+        X = U + 0.1 * np.random.default_rng(seed).standard_normal(U.shape)
+        plain.append(estimate_noise(X)[0])
+        split.append(estimate_noise(X, segments=seg)[0])
+    assert np.mean(plain) > 2.0 * 0.1  # the jumps inflate it
+    # 48 filtered values per data set: sd of one estimate ~ 0.2, of the mean of 20 ~ 0.05
+    assert 0.85 < np.mean(split) / 0.1 < 1.15
+
+
+# --- the weak form with doses --------------------------------------------------------------
+def test_weak_fit_of_repeated_iv_boluses():
+    t = np.linspace(0.0, 24.0, 97)
+    U = _iv_exact(t)[:, None]
+    rng = np.random.default_rng(1)
+    Y = U + 0.05 * np.sqrt(np.mean(U**2)) * rng.standard_normal(U.shape)
+    res = pw.fit(IV, t, Y, inputs={"dose": IV_DOSES}, p0=[0.1, 5.0])
+    assert res.success
+    assert np.all(np.abs(res.x - IV_TRUE) < 3 * res.stderr)
+    assert np.all(res.stderr < 0.05 * IV_TRUE)
+    lik = pw.WeakLikelihood(IV, t, Y, inputs={"dose": IV_DOSES})
+    assert lik.test_functions.quadrature == "product"
+    assert lik.test_functions.breaks.tolist() == [0.0, 8.0, 16.0]
+
+
+def test_weak_residual_across_doses_converges():
+    """On exact data the weak residual at the truth vanishes as the grid is refined, with
+    the jumps split (fourth order); integrated across them it does not (first order)."""
+    split, across = [], []
+    for n in (97, 193, 385):
+        t = np.linspace(0.0, 24.0, n)
+        U = _iv_exact(t)[:, None]
+        for out, opts in ((split, {}), (across, {"breaks": ()})):
+            lik = pw.WeakLikelihood(
+                IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.1,
+                test_functions={"min_radius": 1.0, "quadrature": "product", **opts},
+            )  # fmt: skip
+            out.append(np.max(np.abs(lik.residual(IV_TRUE))))
+    assert split[0] / split[-1] > 100  # 16^2 = 256 for O(h^4)
+    assert across[0] / across[-1] < 8
+    assert split[-1] < across[-1] / 100
+
+
+def test_fit_is_unit_free_with_doses():
+    """Time in minutes instead of hours: rates divide by 60, V unchanged."""
+    t = np.linspace(0.0, 24.0, 97)
+    U = _iv_exact(t)[:, None]
+    Y = U + 0.05 * np.random.default_rng(2).standard_normal(U.shape)
+    h = pw.fit(IV, t, Y, inputs={"dose": IV_DOSES}, p0=[0.1, 5.0], sigma=0.05)
+    doses_min = pw.Doses([0.0, 480.0, 960.0], 100.0)
+    m = pw.fit(IV, 60 * t, Y, inputs={"dose": doses_min}, p0=[0.1 / 60, 5.0], sigma=0.05)
+    np.testing.assert_allclose(m.x, h.x * np.array([1 / 60, 1.0]), rtol=1e-6)
+    np.testing.assert_allclose(m.stderr, h.stderr * np.array([1 / 60, 1.0]), rtol=1e-5)
+
+
+def test_known_state_before_the_first_dose():
+    """A dose at t0 counts in full; the known initial state is the pre-dose one."""
+    t = np.linspace(0.5, 24.0, 95)
+    U = _iv_exact(t)[:, None]
+    Y = U + 0.05 * np.random.default_rng(3).standard_normal(U.shape)
+    res = pw.fit(IV, t, Y, inputs={"dose": IV_DOSES}, p0=[0.1, 5.0], sigma=0.05,
+                 initial_state=[0.0], t0=0.0)  # fmt: skip
+    assert res.success and np.all(np.abs(res.x - IV_TRUE) < 3 * res.stderr)
+    lik = pw.WeakLikelihood(IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.05,
+                            initial_state=[0.0], t0=0.0)  # fmt: skip
+    r = lik.residual(IV_TRUE)
+    assert abs(r[-1]) < 1e-5  # the boundary row: exact data, pre-dose state and the dose
+
+
+# --- input-output equations ----------------------------------------------------------------
+def test_input_output_equation_of_oral_absorption():
+    io = input_output(ORAL, "C")
+    ka, ke, V, s = sp.symbols("ka ke V s")
+    assert sp.simplify(io.characteristic - (s + ka) * (s + ke)) == 0
+    assert sp.simplify(io.numerators["dose"] - ka / V) == 0
+    assert io.model.orders == (2,) and io.model.params == ORAL.params
+    t = np.linspace(0.0, 48.0, 97)
+    doses = pw.Doses([0.0, 12.0, 24.0], 320.0)
+    latent = pw.solve(ORAL, ORAL_TRUE, [0.0, 0.0], t, inputs={"dose": doses})[:, 1]
+    y = pw.solve(io.model, ORAL_TRUE, [0.0, 0.0], t, inputs=io.inputs({"dose": doses}))[:, 0]
+    np.testing.assert_allclose(y, latent, atol=1e-8)
+
+
+def test_input_output_equation_of_two_compartments():
+    io = input_output(TWO, "C")
+    ka, V, k10, k12, k21, s = sp.symbols("ka V k10 k12 k21 s")
+    char = (s + ka) * ((s + k10 + k12) * (s + k21) - k12 * k21)
+    assert sp.simplify(io.characteristic - char) == 0
+    assert sp.simplify(io.numerators["dose"] - ka * (s + k21) / V) == 0
+    assert io.derivative_inputs == {"dose": ("dose", 0), "dose_d1": ("dose", 1)}
+    inputs = io.inputs({"dose": pw.Doses([0.0], 1.0)})
+    assert isinstance(inputs["dose_d1"], DerivativeInput)
+    with pytest.raises(ValueError, match="solve the latent model"):
+        pw.solve(io.model, TWO_TRUE, [0.0, 0.0, 0.0], np.linspace(0, 1, 5), inputs=inputs)
+
+
+def test_derivative_input_integral():
+    t = np.linspace(0.0, 24.0, 97)
+    tf = _tf(t)
+    doses = pw.Doses([3.0, 11.3], [2.0, 5.0])
+    d1 = DerivativeInput(doses, 1)
+    np.testing.assert_allclose(d1.integrate(tf), -doses.integrate(tf, derivative=1))
+
+
+def test_two_compartment_recovered_from_the_central_compartment():
+    """Recovery at 1 % noise (relative error below 5 %), three oral doses."""
+    io = input_output(TWO, "C")
+    t = np.linspace(0.25, 72.0, 288)
+    doses = pw.Doses([0.0, 24.0, 48.0], 500.0)
+    U = pw.solve(TWO, TWO_TRUE, [0.0, 0.0, 0.0], np.r_[0.0, t], inputs={"dose": doses})[1:]
+    rng = np.random.default_rng(1)
+    Y = U[:, 1:2] + 0.01 * np.sqrt(np.mean(U[:, 1] ** 2)) * rng.standard_normal((t.size, 1))
+    res = pw.fit(io.model, t, Y, inputs=io.inputs({"dose": doses}), p0=[1.0, 15.0, 0.2, 0.3, 0.3],
+                 initial_state=[0.0, 0.0, 0.0], t0=0.0)  # fmt: skip
+    assert res.success
+    assert np.all(np.abs(res.x / TWO_TRUE - 1) < 0.05)
+    assert np.all(np.abs(res.x - TWO_TRUE) < 4 * res.stderr)
+
+
+def test_rest_initial_state_of_a_higher_order_model():
+    """At rest before a dose at t0, the boundary row of an order-2 model has no boundary
+    terms: on exact data its residual is as small as the interior rows' and shrinks with
+    the grid like theirs."""
+    io = input_output(ORAL, "C")
+    doses = pw.Doses([0.0, 12.0], 320.0)
+    inputs = io.inputs({"dose": doses})
+    out = []
+    for n in (97, 385):
+        t = np.linspace(0.0, 24.0, n)
+        U = pw.solve(ORAL, ORAL_TRUE, [0.0, 0.0], t, inputs={"dose": doses})[:, 1:]
+        lik = pw.WeakLikelihood(io.model, t, U, inputs=inputs, sigma=0.05,
+                                initial_state=[0.0, 0.0])  # fmt: skip
+        assert lik.test_functions.n_boundary == 1
+        assert lik.test_functions.kinks.tolist() == [0.0, 12.0]  # C is continuous
+        r = lik.residual(ORAL_TRUE)
+        assert abs(r[-1]) <= np.max(np.abs(r[:-1]))
+        out.append(abs(r[-1]))
+    assert out[0] / out[1] > 8
+    with pytest.raises(ValueError, match="at rest only"):
+        pw.WeakLikelihood(io.model, t, U, inputs=inputs, sigma=0.05, initial_state=[1.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    "model, observed, match",
+    [
+        (
+            pw.ODEModel(
+                lambda t, u, p: [-p[0] * u[0] * u[1], p[0] * u[0] * u[1] - p[1] * u[1]],
+                states=["S", "I"], params=["beta", "gamma"],
+            ),
+            "I",
+            "not linear in its states",
+        ),
+        (
+            pw.ODEModel(lambda t, u, p: [-p[0] * u[0], -p[1] * u[1]], states=["x", "y"],
+                        params=["a", "b"]),
+            "x",
+            "does not see every other state",
+        ),
+        (
+            pw.ODEModel(lambda t, u, p: [-p[0] * u[0] + p[1] * u[1], p[1] - u[1]],
+                        states=["x", "y"], params=["a", "b"]),
+            "x",
+            "terms without a state or input",
+        ),
+        (ORAL, ["gut", "C"], "one observed state"),
+        (ORAL, "Q", "not states of"),
+    ],
+)  # fmt: skip
+def test_input_output_refusals(model, observed, match):
+    with pytest.raises(ValueError, match=match):
+        input_output(model, observed)
+
+
+# --- hostile doses -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        (([], 1.0), {}, "at least one dose"),
+        (([0.0, np.nan], 1.0), {}, "NaN or infinite"),
+        (([0.0, 1.0], [1.0, 2.0, 3.0]), {}, "one number or one per dose"),
+        (([0.0, 1.0], [1.0, -2.0]), {}, "amounts must be >= 0"),
+        (([0.0, 1.0], 1.0), {"durations": [0.0, -1.0]}, "durations must be >= 0"),
+        (([[0.0, 1.0]], 1.0), {}, "one-dimensional"),
+    ],
+)
+def test_doses_hostile_input(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pw.Doses(*args, **kwargs)
+
+
+def test_doses_need_split_test_functions():
+    t = np.linspace(0.0, 24.0, 97)
+    U = _iv_exact(t)[:, None]
+    tf = pw.build_test_functions(t, U)  # built without the dose times
+    with pytest.raises(ValueError, match="do not integrate across"):
+        pw.WeakLikelihood(IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.1, test_functions=tf)
+    with pytest.raises(ValueError, match="as matrices"):
+        pw.WeakLikelihood(IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.1,
+                          test_functions=(tf.phi, tf.dphi))  # fmt: skip
+    with pytest.raises(ValueError, match="trapezoid rule integrates across a jump"):
+        pw.build_test_functions(t, U, breaks=[8.0], quadrature="trapezoid")
+    with pytest.raises(ValueError, match="no data point between the breaks"):
+        pw.build_test_functions(t, U, breaks=[8.01, 8.1], min_radius=2.0)
+
+
+def test_doses_are_picklable():
+    import pickle
+
+    doses = pw.Doses([0.0, 5.0], [1.0, 2.0], durations=[0.0, 1.0])
+    back = pickle.loads(pickle.dumps(doses))
+    assert back.bolus_times.tolist() == [0.0] and back(np.array([5.5]))[0] == 2.0
+
+
+def test_no_warnings_from_a_dosed_fit():
+    t = np.linspace(0.0, 24.0, 97)
+    U = _iv_exact(t)[:, None] + 0.05 * np.random.default_rng(4).standard_normal((97, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pw.fit(IV, t, U, inputs={"dose": IV_DOSES}, p0=[0.1, 5.0])

@@ -25,29 +25,13 @@ IV = pw.ODEModel(
 IV_TRUE = np.array([0.2, 10.0])
 IV_DOSES = pw.Doses([0.0, 8.0, 16.0], 100.0)
 
-# one-compartment oral absorption: the gut is unobserved
-ORAL = pw.ODEModel(
-    lambda t, u, p, w: [-p[0] * u[0] + w[0], p[0] * u[0] / p[2] - p[1] * u[1]],
-    states=["gut", "C"],
-    params=["ka", "ke", "V"],
-    inputs=["dose"],
-    name="oral",
-)
-ORAL_TRUE = np.array([1.5, 0.2, 30.0])
+# one-compartment oral absorption, three doses; the gut is unobserved
+ORAL = pw.get_problem("pk_oral_doses").model
+ORAL_TRUE = pw.get_problem("pk_oral_doses").p_true
 
 # two-compartment oral absorption, central compartment observed
-TWO = pw.ODEModel(
-    lambda t, u, p, w: [
-        -p[0] * u[0] + w[0],
-        p[0] * u[0] / p[1] - (p[2] + p[3]) * u[1] + p[4] * u[2],
-        p[3] * u[1] - p[4] * u[2],
-    ],
-    states=["gut", "C", "P"],
-    params=["ka", "V", "k10", "k12", "k21"],
-    inputs=["dose"],
-    name="two_compartment",
-)
-TWO_TRUE = np.array([1.2, 20.0, 0.15, 0.4, 0.2])
+TWO = pw.get_problem("pk_two_compartment").model
+TWO_TRUE = pw.get_problem("pk_two_compartment").p_true
 
 
 def _iv_exact(t, ke=0.2, V=10.0, times=(0.0, 8.0, 16.0), amount=100.0):
@@ -241,7 +225,7 @@ def test_input_output_equation_of_oral_absorption():
 
 def test_input_output_equation_of_two_compartments():
     io = input_output(TWO, "C")
-    ka, V, k10, k12, k21, s = sp.symbols("ka V k10 k12 k21 s")
+    ka, V, k10, k12, k21, s = sp.symbols("ka V k10 k12 k21 s")  # noqa: N806
     char = (s + ka) * ((s + k10 + k12) * (s + k21) - k12 * k21)
     assert sp.simplify(io.characteristic - char) == 0
     assert sp.simplify(io.numerators["dose"] - ka * (s + k21) / V) == 0

@@ -5,6 +5,7 @@ The bottom layer: nothing here knows about weak forms, estimators or PyMC.
 
 from pymc_wendy.model.data import MissingDataWarning, as_data
 from pymc_wendy.model.doses import Doses
+from pymc_wendy.model.input_output import InputOutput, input_output
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
 from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
@@ -12,6 +13,7 @@ from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise,
 __all__ = [
     "Doses",
     "Input",
+    "InputOutput",
     "MissingDataWarning",
     "ODEDefinitionError",
     "ODEModel",
@@ -19,6 +21,7 @@ __all__ = [
     "SimulationError",
     "add_noise",
     "as_data",
+    "input_output",
     "simulate",
     "solve",
 ]

@@ -155,6 +155,34 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
     """
     if not isinstance(model, ODEModel):
         raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
+    name = _observed_state(model, observed)
+    j = model.states.index(name)
+    A, B = _linear_system(model)
+    _check_observable(model, A, j)
+    s = sp.Symbol("s")
+    M = s * sp.eye(model.n_states) - A
+    char = sp.Poly(sp.expand(M.det()), s)
+    adj_row = (M.adjugate()[j, :] * B) if model.inputs else sp.zeros(1, 0)
+    numerators, derivative_inputs, terms = {}, {}, []  # terms: (IO input index, coefficient)
+    for i, src in enumerate(model.inputs):
+        poly = sp.Poly(sp.expand(adj_row[0, i]), s)
+        numerators[src] = model.named(poly.as_expr())
+        for k, c in enumerate(poly.all_coeffs()[::-1]):
+            if c != 0:
+                derivative_inputs[src if k == 0 else f"{src}_d{k}"] = (src, k)
+                terms.append((len(derivative_inputs) - 1, sp.simplify(c)))
+    coeffs = [sp.simplify(c) for c in char.all_coeffs()[::-1][:-1]]  # c_0 .. c_{D-1}
+    return InputOutput(
+        model=_equation(model, name, coeffs, terms, list(derivative_inputs)),
+        latent=model,
+        observed=name,
+        characteristic=model.named(char.as_expr()),
+        numerators=numerators,
+        derivative_inputs=derivative_inputs,
+    )
+
+
+def _observed_state(model: ODEModel, observed) -> str:
     names = [observed] if isinstance(observed, str) else list(observed)
     unknown = [n for n in names if n not in model.states]
     if unknown:
@@ -168,13 +196,17 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
         raise ValueError(f"{model.name}: input-output equations need a first-order model")
     if model.transform is not None:
         raise ValueError(f"{model.name}: derive the equation from the untransformed model")
-    j = model.states.index(names[0])
+    return names[0]
+
+
+def _linear_system(model: ODEModel) -> tuple[sp.Matrix, sp.Matrix]:
+    """``(A(p), B(p))`` of ``x' = A x + B w``, or an error naming what is not of that form."""
     D = model.n_states
-    u = sp.symbols(f"u0:{D}", real=True)
-    w = sp.symbols(f"w0:{len(model.inputs)}", real=True)
+    u = sp.Matrix(sp.symbols(f"u0:{D}", real=True))
+    w = sp.Matrix(sp.symbols(f"w0:{len(model.inputs)}", real=True))
     exprs = sp.Matrix(model.full_expressions)
-    A = exprs.jacobian(sp.Matrix(u))
-    B = exprs.jacobian(sp.Matrix(w)) if w else sp.zeros(D, 0)
+    A = exprs.jacobian(u)
+    B = exprs.jacobian(w) if model.inputs else sp.zeros(D, 0)
     params = set(sp.symbols(f"p0:{model.n_params}", real=True))
     for (row, col), a in np.ndenumerate(np.array(A.tolist(), dtype=object)):
         if not sp.sympify(a).free_symbols <= params:
@@ -185,57 +217,32 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
                 "only (a nonlinear model such as SIR observed in I needs its equation written "
                 "by hand, docs/doses.md)"
             )
-    rest = exprs - A * sp.Matrix(u)
-    if w:
-        rest -= B * sp.Matrix(w)
+    rest = exprs - A * u - (B * w if model.inputs else sp.zeros(D, 1))
     rest = sp.simplify(rest)
     if any(e != 0 for e in rest):
         raise ValueError(
             f"{model.name} has terms without a state or input ({[model.named(e) for e in rest]}"
             "); give them as an input of value 1 to derive its input-output equation"
         )
-    _check_observable(model, A, j)
-    s = sp.Symbol("s")
-    M = s * sp.eye(D) - A
-    char = sp.Poly(sp.expand(M.det()), s)
-    adj_row = (M.adjugate()[j, :] * B) if w else sp.zeros(1, 0)
-    coeffs = char.all_coeffs()[::-1]  # c_0 .. c_D (c_D = 1)
-    numerators = {}
-    derivative_inputs = {}
-    terms = []  # (io input index, coefficient)
-    for i, name in enumerate(model.inputs):
-        poly = sp.Poly(sp.expand(adj_row[0, i]), s)
-        numerators[name] = poly.as_expr()
-        for k, c in enumerate(poly.all_coeffs()[::-1]):
-            if c == 0:
-                continue
-            io_name = name if k == 0 else f"{name}_d{k}"
-            derivative_inputs[io_name] = (name, k)
-            terms.append((len(derivative_inputs) - 1, sp.simplify(c)))
+    return A, B
+
+
+def _equation(model: ODEModel, name: str, coeffs, terms, inputs) -> ODEModel:
+    """``y^(D) = -sum_k c_k(p) y^(k) + sum n(p) v`` as a model of order D in ``name``."""
     P = sp.symbols(f"p0:{model.n_params}", real=True)
-    c_exprs = [sp.simplify(c) for c in coeffs[:D]]
 
     def rhs(t, y, p, v=()):
         sub = dict(zip(P, p, strict=True))
-        out = -sum(c.xreplace(sub) * y[k] for k, c in enumerate(c_exprs))
-        out += sum(c.xreplace(sub) * v[i] for i, c in terms)
-        return [out]
+        out = -sum(c.xreplace(sub) * y[k] for k, c in enumerate(coeffs))
+        return [out + sum(c.xreplace(sub) * v[i] for i, c in terms)]
 
-    io_model = ODEModel(
+    return ODEModel(
         rhs,
-        states=[names[0]],
+        states=[name],
         params=model.params,
-        order=D,
-        inputs=list(derivative_inputs),
-        name=f"{model.name}[{names[0]}]",
-    )
-    return InputOutput(
-        model=io_model,
-        latent=model,
-        observed=names[0],
-        characteristic=model.named(char.as_expr()),
-        numerators={k: model.named(v) for k, v in numerators.items()},
-        derivative_inputs=derivative_inputs,
+        order=model.n_states,
+        inputs=inputs,
+        name=f"{model.name}[{name}]",
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_wendy._validation import check_noise_name, check_vector
+from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulatedData, simulate
@@ -59,6 +60,10 @@ class Problem:
         How ``noise_ratio`` sets the additive noise level (:func:`add_noise`).
     n_points : int
         Default size of the simulation grid.
+    observed : tuple of str or None
+        The states the benchmark observes (None: all). ``simulate`` returns every state (the
+        truth); fit the observed ones, e.g. with the input-output equation
+        (:func:`~pymc_wendy.input_output`) for one observed state.
     """
 
     name: str
@@ -74,6 +79,7 @@ class Problem:
     inputs: dict | None = None
     noise_scale: str = "rms"
     n_points: int = 1025
+    observed: tuple[str, ...] | None = None
 
     def __post_init__(self):
         # The instances in PROBLEMS are shared module state: freeze their arrays so a caller
@@ -101,6 +107,11 @@ class Problem:
                 if not lo < hi or not lo <= v <= hi:
                     raise ValueError(f"{self.name}: {name} = {v:g} is not inside ({lo:g}, {hi:g})")
             object.__setattr__(self, "bounds", bounds)
+        if self.observed is not None:
+            unknown = [s for s in self.observed if s not in m.states]
+            if unknown:
+                raise ValueError(f"{self.name}: observed states {unknown} are not states")
+            object.__setattr__(self, "observed", tuple(self.observed))
 
     @property
     def states(self) -> tuple[str, ...]:
@@ -442,7 +453,7 @@ _PAPER_PROBLEMS: tuple[dict, ...] = (
 
 def _make_problems() -> dict[str, Problem]:
     problems = [_build(**spec) for spec in _PAPER_PROBLEMS] + [_head_acceleration_problem()]
-    problems.append(_pk_oral_problem())
+    problems += [_pk_oral_problem(), _pk_doses_problem(), _pk_two_compartment_problem()]
     return {prob.name: prob for prob in problems}
 
 
@@ -473,6 +484,88 @@ def _pk_oral_problem() -> Problem:
             "pick the usual one. The bounds are a search box of ours and do not."
         ),
         n_points=101,
+    )
+
+
+def _pk_doses(t, u, p, w):
+    gut, c = u
+    ka, ke, v = p
+    return [-ka * gut + w[0], ka * gut / v - ke * c]
+
+
+def _pk_two_compartment(t, u, p, w):
+    gut, c, peripheral = u
+    ka, v, k10, k12, k21 = p
+    return [
+        -ka * gut + w[0],
+        ka * gut / v - (k10 + k12) * c + k21 * peripheral,
+        k12 * c - k21 * peripheral,
+    ]
+
+
+def _pk_doses_problem() -> Problem:
+    model = ODEModel(
+        _pk_doses, states=["gut", "C"], params=["ka", "ke", "V"], inputs=["dose"],
+        name="pk_oral_doses",
+    )  # fmt: skip
+    return Problem(
+        name="pk_oral_doses",
+        model=model,
+        p_true=np.array([1.5, 0.2, 30.0]),
+        u0=np.array([0.0, 0.0]),
+        t_span=(0.0, 48.0),
+        noise="normal",
+        bounds=((0.01, 10.0), (0.001, 2.0), (1.0, 300.0)),
+        stiff=False,
+        reference=(
+            "ours (issue 34): one-compartment pharmacokinetics with first-order absorption, "
+            "three oral doses of 320 mg at 0, 12 and 24 h into the gut; only the "
+            "concentration C (mg/L) is observed"
+        ),
+        notes=(
+            "gut' = -ka gut + dose, C' = ka gut / V - ke C, at rest before the first dose. The "
+            "gut is not observed: fit the input-output equation pw.input_output(P.model, 'C') "
+            "(C'' + (ka + ke) C' + ka ke C = ka / V dose) to the C column, with "
+            "initial_state=[0, 0] for the rest state (docs/doses.md). Flip-flop: (ka, ke, V) "
+            "and (ke, ka, V ke / ka) give the same curve; bounds or a start with ka > ke pick "
+            "the usual one. The bounds are a search box of ours."
+        ),
+        inputs={"dose": Doses([0.0, 12.0, 24.0], 320.0)},
+        n_points=97,
+        observed=("C",),
+    )
+
+
+def _pk_two_compartment_problem() -> Problem:
+    model = ODEModel(
+        _pk_two_compartment, states=["gut", "C", "peripheral"],
+        params=["ka", "V", "k10", "k12", "k21"], inputs=["dose"], name="pk_two_compartment",
+    )  # fmt: skip
+    return Problem(
+        name="pk_two_compartment",
+        model=model,
+        p_true=np.array([1.2, 20.0, 0.15, 0.4, 0.2]),
+        u0=np.array([0.0, 0.0, 0.0]),
+        t_span=(0.0, 72.0),
+        noise="normal",
+        bounds=((0.01, 10.0), (1.0, 200.0), (0.001, 2.0), (0.001, 2.0), (0.001, 2.0)),
+        stiff=False,
+        reference=(
+            "ours (issue 34): two-compartment pharmacokinetics with first-order absorption, "
+            "three oral doses of 500 mg at 0, 24 and 48 h; only the central concentration C "
+            "is observed"
+        ),
+        notes=(
+            "gut' = -ka gut + dose, C' = ka gut / V - (k10 + k12) C + k21 peripheral, "
+            "peripheral' = k12 C - k21 peripheral (peripheral in concentration units of the "
+            "central volume). Its input-output equation in C is of order 3 with the dose's "
+            "derivative, C''' + a2 C'' + a1 C' + a0 C = ka / V (dose' + k21 dose), and needs "
+            "dense data (radii of 10 grid spacings): simulate with n_points >= 289. The "
+            "bounds are a search box of ours."
+        ),
+        inputs={"dose": Doses([0.0, 24.0, 48.0], 500.0)},
+        n_points=289,
+        observed=("C",),
     )
 
 

@@ -80,3 +80,14 @@ def test_data_page_example_matches_the_array_fit():
     d = namespace["d"]
     ref = namespace["pw"].fit(namespace["P"].model, d.t, d.U)
     np.testing.assert_allclose(namespace["res"].x, ref.x, rtol=1e-12)
+
+
+def test_doses_page_example():
+    """docs/doses.md's block runs as written and recovers the one-compartment parameters."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "doses.md").read_text(), re.S)
+    namespace: dict = {}
+    exec(blocks[0], namespace)  # noqa: S102
+    res = namespace["res"]
+    assert res.success
+    np.testing.assert_allclose(res.x, [1.5, 0.2, 30.0], rtol=0.15)
+    assert np.all(np.abs(res.x - [1.5, 0.2, 30.0]) < 3 * res.stderr)

@@ -14,16 +14,9 @@ from pymc_wendy.model.input_output import DerivativeInput, input_output
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.test_functions.quadrature import ProductRule, segments
 
-# one-compartment IV bolus: C' = -ke C + dose / V
-IV = pw.ODEModel(
-    lambda t, u, p, w: [-p[0] * u[0] + w[0] / p[1]],
-    states=["C"],
-    params=["ke", "V"],
-    inputs=["dose"],
-    name="iv",
-)
-IV_TRUE = np.array([0.2, 10.0])
-IV_DOSES = pw.Doses([0.0, 8.0, 16.0], 100.0)
+# one-compartment IV bolus: C' = -ke C + dose / V, three doses
+IV_PROBLEM = pw.get_problem("pk_iv_doses")
+IV, IV_TRUE, IV_DOSES = IV_PROBLEM.model, IV_PROBLEM.p_true, IV_PROBLEM.inputs["dose"]
 
 # one-compartment oral absorption, three doses; the gut is unobserved
 ORAL = pw.get_problem("pk_oral_doses").model

@@ -453,7 +453,8 @@ _PAPER_PROBLEMS: tuple[dict, ...] = (
 
 def _make_problems() -> dict[str, Problem]:
     problems = [_build(**spec) for spec in _PAPER_PROBLEMS] + [_head_acceleration_problem()]
-    problems += [_pk_oral_problem(), _pk_doses_problem(), _pk_two_compartment_problem()]
+    problems += [_pk_oral_problem(), _pk_iv_problem(), _pk_doses_problem()]
+    problems.append(_pk_two_compartment_problem())
     return {prob.name: prob for prob in problems}
 
 
@@ -501,6 +502,38 @@ def _pk_two_compartment(t, u, p, w):
         ka * gut / v - (k10 + k12) * c + k21 * peripheral,
         k12 * c - k21 * peripheral,
     ]
+
+
+def _pk_iv(t, u, p, w):
+    (c,) = u
+    ke, v = p
+    return [-ke * c + w[0] / v]
+
+
+def _pk_iv_problem() -> Problem:
+    model = ODEModel(_pk_iv, states=["C"], params=["ke", "V"], inputs=["dose"], name="pk_iv_doses")
+    return Problem(
+        name="pk_iv_doses",
+        model=model,
+        p_true=np.array([0.2, 10.0]),
+        u0=np.array([0.0]),
+        t_span=(0.0, 24.0),
+        noise="normal",
+        bounds=((0.001, 2.0), (0.1, 1000.0)),
+        stiff=False,
+        reference=(
+            "ours (issue 34): one-compartment pharmacokinetics, intravenous boluses of 100 mg "
+            "at 0, 8 and 16 h; the concentration C (mg/L) is observed"
+        ),
+        notes=(
+            "C' = -ke C + dose / V: every bolus makes C jump by 100 / V, which the weak form "
+            "takes from the dose term dose * phi(t_dose) and the data on both sides of the "
+            "jump (docs/doses.md). A sample at a dose time is the value before the dose. The "
+            "bounds are a search box of ours."
+        ),
+        inputs={"dose": Doses([0.0, 8.0, 16.0], 100.0)},
+        n_points=97,
+    )
 
 
 def _pk_doses_problem() -> Problem:

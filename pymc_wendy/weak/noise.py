@@ -46,7 +46,8 @@ def estimate_noise(
     order, half_width : int, optional
         Derivative order and half-width of the stencil. Default: WENDy.jl's 6 and 8 (17
         points); on series shorter than 19 points the widest stencil that leaves 3 filtered
-        values, of order at most ``2 half_width`` (at 7 points, 5 points of order 4). Such
+        values, of order at most ``2 half_width`` (at 7 points, 5 points of order 4); with
+        ``segments``, the same rule on the longest segment. Such
         estimates are rough: the short-series default of :func:`~pymc_wendy.fit` uses them
         only to start from (``docs/data.md``).
     segments : array_like of int, shape (M+1,), optional
@@ -66,11 +67,16 @@ def estimate_noise(
     if U.ndim != 2:
         raise ValueError(f"U must be 2-D (time points x states); got shape {U.shape}")
     if order is None and half_width is None:
-        half_width = min(8, (U.shape[0] - 3) // 2)
+        # the longest smooth stretch bounds the stencil (between doses, if any)
+        longest = U.shape[0]
+        if segments is not None:
+            longest = int(np.max(np.unique(np.asarray(segments), return_counts=True)[1]))
+        half_width = min(8, (longest - 3) // 2)
         order = min(6, 2 * half_width)
         if half_width < 2:
+            where = " between two doses" if longest < U.shape[0] else ""
             raise ValueError(
-                f"noise estimation needs at least 7 time points; got {U.shape[0]} "
+                f"noise estimation needs at least 7 time points{where}; got {longest} "
                 "(give sigma explicitly)"
             )
     order = 6 if order is None else order
@@ -90,10 +96,10 @@ def estimate_noise(
         if seg.size != U.shape[0]:
             raise ValueError(f"segments must label the {U.shape[0]} rows; got {seg.size}")
         inside = seg[: filtered.shape[0]] == seg[w.size - 1 :]
-        if np.sum(inside) < 3:
+        if not np.any(inside):
             raise ValueError(
-                f"noise estimation needs stretches of at least {w.size + 2} time points "
-                "between the jumps of the data (doses); give sigma explicitly"
+                f"noise estimation needs a stretch of at least {w.size} time points "
+                "between two doses; give sigma explicitly"
             )
         filtered = filtered[inside]
     return np.sqrt(np.mean(filtered**2, axis=0))

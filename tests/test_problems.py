@@ -459,3 +459,16 @@ def test_runaway_solve_gives_up_instead_of_hanging():
     p[6] = -10.0  # y' = ... + 10 y: y grows like e^(10 t) and the steps shrink without end
     with pytest.raises(SimulationError, match="gave up after 20000 right-hand side evaluations"):
         solve(prob.model, p, prob.u0, np.linspace(0, 10, 101), method="DOP853", max_nfev=20_000)
+
+
+def test_theophylline_data_set():
+    """The shipped data are R's datasets::Theoph (values of subject 1 as published)."""
+    from pymc_wendy.problems import theophylline
+
+    df = theophylline()
+    assert len(df) == 132 and sorted(df["subject"].unique()) == list(range(1, 13))
+    s1 = df[df["subject"] == 1]
+    assert s1["time"].tolist()[:4] == [0.0, 0.25, 0.57, 1.12]
+    assert s1["conc"].tolist()[-3:] == [6.89, 5.94, 3.28]
+    assert float(s1["dose"].iloc[0]) == 4.02 and float(s1["weight"].iloc[0]) == 79.6
+    assert "Boeckmann" in df.attrs["source"]

@@ -25,7 +25,6 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from pymc_wendy._validation import check_noise_name, check_times, check_vector
-from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
@@ -270,7 +269,7 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
     def parameter_jacobian(s, u):
         return model.parameter_jacobian(s, u, p, values(s))
 
-    doses = [(i, w) for i, w in enumerate(forcing) if isinstance(w, Doses)]
+    doses = [(i, w) for i, w in enumerate(forcing) if hasattr(w, "bolus_amount")]
 
     def jump(s, u, with_p: bool = False):
         # the inputs enter linearly with coefficients of p alone (ODEModel), so the jump of

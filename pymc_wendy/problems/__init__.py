@@ -1,5 +1,7 @@
-"""The benchmark ODE systems of the WENDy papers (:mod:`~pymc_wendy.problems.catalogue`)."""
+"""The benchmark ODE systems of the WENDy papers (:mod:`~pymc_wendy.problems.catalogue`) and
+real data sets (:mod:`~pymc_wendy.problems.datasets`)."""
 
 from pymc_wendy.problems.catalogue import PROBLEMS, Problem, get_problem, list_problems
+from pymc_wendy.problems.datasets import theophylline
 
-__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems"]
+__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems", "theophylline"]

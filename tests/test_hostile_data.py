@@ -370,3 +370,39 @@ def test_hostile_quadrature_option():
     d = P.simulate(n_points=41, noise_ratio=0.02, seed=0)
     with pytest.raises(ValueError, match="quadrature must be one of"):
         pw.WeakLikelihood(P.model, d.t, d.U, sigma=0.1, test_functions={"quadrature": "simpson"})
+
+
+# --- doses (issue 34) ----------------------------------------------------------------------
+IV_PROBLEM = pw.get_problem("pk_iv_doses")
+IV, IV_TRUE, IV_DOSES = IV_PROBLEM.model, IV_PROBLEM.p_true, IV_PROBLEM.inputs["dose"]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        (([], 1.0), {}, "at least one dose"),
+        (([0.0, np.nan], 1.0), {}, "NaN or infinite"),
+        (([0.0, 1.0], [1.0, 2.0, 3.0]), {}, "one number or one per dose"),
+        (([0.0, 1.0], [1.0, -2.0]), {}, "amounts must be >= 0"),
+        (([0.0, 1.0], 1.0), {"durations": [0.0, -1.0]}, "durations must be >= 0"),
+        (([[0.0, 1.0]], 1.0), {}, "one-dimensional"),
+    ],
+)
+def test_doses_hostile_input(args, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        pw.Doses(*args, **kwargs)
+
+
+def test_doses_need_split_test_functions():
+    t = np.linspace(0.0, 24.0, 97)
+    U = pw.solve(IV, IV_TRUE, [0.0], t, inputs={"dose": IV_DOSES})
+    tf = pw.build_test_functions(t, U)  # built without the dose times
+    with pytest.raises(ValueError, match="do not integrate across"):
+        pw.WeakLikelihood(IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.1, test_functions=tf)
+    with pytest.raises(ValueError, match="as matrices"):
+        pw.WeakLikelihood(IV, t, U, inputs={"dose": IV_DOSES}, sigma=0.1,
+                          test_functions=(tf.phi, tf.dphi))  # fmt: skip
+    with pytest.raises(ValueError, match="trapezoid rule integrates across a jump"):
+        pw.build_test_functions(t, U, breaks=[8.0], quadrature="trapezoid")
+    with pytest.raises(ValueError, match="no data point between the breaks"):
+        pw.build_test_functions(t, U, breaks=[8.01, 8.1], min_radius=2.0)

@@ -105,3 +105,36 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
     logistic = pw.get_problem("logistic").model
     with pytest.raises(ValueError, match="no inputs"):  # they were silently ignored
         pw.simulate(logistic, [1.0, 1.0], [0.1], t_span=(0, 5), inputs={"w": np.sin})
+
+
+# --- input-output equations (issue 34) ---------------------------------------------------
+@pytest.mark.parametrize(
+    "model, observed, match",
+    [
+        (
+            pw.ODEModel(
+                lambda t, u, p: [-p[0] * u[0] * u[1], p[0] * u[0] * u[1] - p[1] * u[1]],
+                states=["S", "I"], params=["beta", "gamma"],
+            ),
+            "I",
+            "not linear in its states",
+        ),
+        (
+            pw.ODEModel(lambda t, u, p: [-p[0] * u[0], -p[1] * u[1]], states=["x", "y"],
+                        params=["a", "b"]),
+            "x",
+            "does not see every other state",
+        ),
+        (
+            pw.ODEModel(lambda t, u, p: [-p[0] * u[0] + p[1] * u[1], p[1] - u[1]],
+                        states=["x", "y"], params=["a", "b"]),
+            "x",
+            "terms without a state or input",
+        ),
+        (pw.get_problem("pk_oral_doses").model, ["gut", "C"], "one observed state"),
+        (pw.get_problem("pk_oral_doses").model, "Q", "not states of"),
+    ],
+)  # fmt: skip
+def test_input_output_refusals(model, observed, match):
+    with pytest.raises(ValueError, match=match):
+        pw.input_output(model, observed)

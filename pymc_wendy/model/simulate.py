@@ -293,7 +293,7 @@ def vector_field(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray, *, jac_p
 class Breaks:
     """Where a solve restarts (:attr:`times`) and the state's jumps there: at
     :attr:`jump_times` (bolus doses), ``jump(s, u)`` is the change of the state (with
-    ``with_p=True`` also of ``df/dp``'s integral, for sensitivities)."""
+    ``with_p=True`` also its derivative in the parameters, the jump of the sensitivities)."""
 
     times: np.ndarray
     jump_times: np.ndarray | None = None

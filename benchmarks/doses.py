@@ -107,7 +107,7 @@ def run(name: str, workers: int, execute: bool = True):
     )
 
 
-def report(name: str, ds) -> None:
+def report(name: str, ds, twins: np.ndarray | None = None) -> None:
     ok = ds["success"].astype(bool)
     # Hessian intervals are estimate -/+ 1.96 se
     stderr = (ds["interval"].sel(bound="upper") - ds["interval"].sel(bound="lower")) / (
@@ -138,6 +138,25 @@ def report(name: str, ds) -> None:
             + "  median |rel err| "
             + " ".join(f"{v:.3f}" for v in rel.sel(sel).median("dataset").values)
         )
+        if twins is not None and len(twins) > 1:
+            _report_twins(ds.sel(sel), ok.sel(sel), twins)
+
+
+def _report_twins(ds, ok, twins: np.ndarray) -> None:
+    """Which twin of the truth (the same observed curve, ``InputOutput.equivalent``) each fit
+    found, and the coverage of that twin: what the data can determine."""
+    est = ds["estimate"].values[ok.values]
+    lo = ds["interval"].sel(bound="lower").values[ok.values]
+    hi = ds["interval"].sel(bound="upper").values[ok.values]
+    dist = np.max(np.abs(np.log(np.abs(est[:, None, :] / twins[None, :, :]))), axis=2)
+    near = np.argmin(dist, axis=1)
+    target = twins[near]
+    cov = np.mean((lo <= target) & (target <= hi), axis=0)
+    share = [int(np.sum(near == k)) for k in range(len(twins))]
+    print(
+        f"    twins {share} (truth first); coverage of the nearest twin "
+        + " ".join(f"{c:.2f}" for c in cov)
+    )
 
 
 def main() -> None:
@@ -148,7 +167,12 @@ def main() -> None:
     args = ap.parse_args()
     for name in args.cells.split(","):
         ds = run(name, args.workers, execute=not args.report_only)
-        report(name, ds)
+        prob = cells()[name][0]
+        twins = None
+        if isinstance(prob, ObservedProblem):
+            io = pw.input_output(prob.latent.model, prob.latent.observed)
+            twins = io.equivalent(prob.p_true)
+        report(name, ds, twins)
 
 
 if __name__ == "__main__":

@@ -289,3 +289,18 @@ def test_no_warnings_from_a_dosed_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         pw.fit(IV, t, U, inputs={"dose": IV_DOSES}, p0=[0.1, 5.0])
+
+
+def test_equivalent_parameters_give_the_same_observed_curve():
+    """The flip-flop twin of the two-compartment model: found, and its concentration curve
+    is the truth's (the data of C alone cannot tell them apart)."""
+    io = input_output(TWO, "C")
+    twins = io.equivalent(TWO_TRUE)
+    assert twins.shape == (2, 5)
+    np.testing.assert_allclose(twins[0], TWO_TRUE)
+    assert abs(twins[1, 0] / TWO_TRUE[0] - 1) > 0.2  # a different absorption rate
+    t = np.linspace(0.0, 72.0, 145)
+    doses = {"dose": pw.Doses([0.0, 24.0, 48.0], 500.0)}
+    c = [pw.solve(TWO, q, [0.0, 0.0, 0.0], t, inputs=doses)[:, 1] for q in twins]
+    np.testing.assert_allclose(c[1], c[0], rtol=1e-6, atol=1e-9)
+    assert input_output(IV, "C").equivalent(IV_TRUE).shape == (1, 2)  # identifiable

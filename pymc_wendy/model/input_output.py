@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import sympy as sp
+from scipy import optimize
 
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
@@ -102,6 +103,9 @@ class InputOutput:
         Input name to ``e_j' adj(sI - A) B_i`` (a polynomial in ``s``).
     derivative_inputs : dict
         IO input name to ``(latent input name, derivative order)``.
+    coefficients : tuple of sympy.Expr
+        Every coefficient of the equation (``c_0 .. c_{D-1}``, then the inputs'), in the
+        internal parameter symbols ``p0, p1, ...``: what the data can determine.
     """
 
     model: ODEModel
@@ -110,6 +114,37 @@ class InputOutput:
     characteristic: sp.Expr
     numerators: dict
     derivative_inputs: dict
+    coefficients: tuple = ()
+
+    def equivalent(self, p, *, n_starts: int = 64, seed: int = 0) -> np.ndarray:
+        """Parameter vectors with the same equation as ``p``: the same observed curve for any
+        doses, so data of the observed state cannot tell them apart (flip-flop twins).
+
+        Found by least squares on the equation's coefficients from ``n_starts`` starts within
+        a factor 100 of ``p`` (each parameter keeping its sign). Returns the distinct
+        solutions, shape (n, J), ``p`` first; one row means none was found.
+        """
+        p = np.asarray(p, dtype=float)
+        symbols = sp.symbols(f"p0:{p.size}", real=True)
+        fn = sp.lambdify(symbols, list(self.coefficients), "numpy")
+        target = np.asarray(fn(*p), dtype=float)
+        scale = np.maximum(np.abs(target), 1e-300)
+        sign = np.where(p < 0, -1.0, 1.0)
+
+        def residual(z):
+            return (np.asarray(fn(*(sign * np.exp(z))), dtype=float) - target) / scale
+
+        rng = np.random.default_rng(seed)
+        found = [p]
+        for _ in range(n_starts):
+            z0 = np.log(np.abs(p) + 1e-300) + rng.uniform(-np.log(100), np.log(100), p.size)
+            sol = optimize.least_squares(residual, z0, xtol=1e-14, ftol=1e-14, gtol=1e-14)
+            q = sign * np.exp(sol.x)
+            if np.max(np.abs(residual(sol.x))) < 1e-8 and all(
+                np.max(np.abs(q / f - 1)) > 1e-4 for f in found
+            ):
+                found.append(q)
+        return np.array(found)
 
     def inputs(self, inputs, t=None) -> dict[str, Input]:
         """The IO model's inputs from the latent model's (a mapping of names to values, as
@@ -179,6 +214,7 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
         characteristic=model.named(char.as_expr()),
         numerators=numerators,
         derivative_inputs=derivative_inputs,
+        coefficients=tuple(coeffs) + tuple(c for _, c in terms),
     )
 
 

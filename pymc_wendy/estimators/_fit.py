@@ -151,11 +151,12 @@ def fit(
         Unit of a datetime or duration time axis: ``"s"``, ``"m"`` (minutes), ``"h"``,
         ``"D"`` (default for datetimes), ``"W"``, ... (seconds by default for durations). The
         parameters are per that unit.
-    initial_state : array of shape (D,) or mapping, optional
+    initial_state : array or mapping, optional
         The state known exactly at ``t0`` (a concentration of 0 before the first dose, a
         known starting count): the weak-form estimators add boundary test functions that
         carry it (:class:`WeakLikelihood`; ``docs/data.md``), and the short-series noise
-        estimate solves from it. One experiment of a first-order model (inputs allowed).
+        estimate solves from it. One experiment of a first-order model (inputs allowed), or
+        of a higher-order one at rest (``model.companion_states`` all zero; ``docs/doses.md``).
     t0 : float or datetime, optional
         When ``initial_state`` holds (default: the first time point); at or before the
         first observation.

@@ -101,11 +101,14 @@ class WeakLikelihood:
     time_unit : str, optional
         Unit of a datetime or duration time axis (default days, resp. seconds); the
         parameters are then per that unit.
-    initial_state : array of shape (D,) or mapping, optional
-        The state known exactly at ``t0`` (values in the state order, or by state name). The
-        weak form then adds test functions that do not vanish at ``t0``, whose boundary term
-        carries the known state (:mod:`pymc_wendy.weak.test_functions.boundary`); the state
-        at ``t0`` enters as exact data. First-order models (with or without inputs).
+    initial_state : array or mapping, optional
+        The state known exactly at ``t0`` (values in the state order, or by state name; for a
+        model of order > 1, ``model.companion_states``). The weak form then adds test
+        functions that do not vanish at ``t0``, whose boundary term carries the known state
+        (:mod:`pymc_wendy.weak.test_functions.boundary`); the state at ``t0`` enters as exact
+        data. First-order models (with or without inputs), and higher-order ones at rest
+        (every value zero, e.g. before a first dose: ``docs/doses.md``). At a dose time it
+        is the state before the dose.
     t0 : float or datetime, optional
         When ``initial_state`` holds; default the first time point. May lie before the first
         observation (a dose at 0, first sample later), not after it.

@@ -238,7 +238,8 @@ def test_derivative_input_integral():
 
 
 def test_two_compartment_recovered_from_the_central_compartment():
-    """Recovery at 1 % noise (relative error below 5 %), three oral doses."""
+    """Recovery at 1 % noise (relative error below 5 %, of the truth or of its twin), three
+    oral doses."""
     io = input_output(TWO, "C")
     t = np.linspace(0.25, 72.0, 288)
     doses = pw.Doses([0.0, 24.0, 48.0], 500.0)
@@ -248,8 +249,11 @@ def test_two_compartment_recovered_from_the_central_compartment():
     res = pw.fit(io.model, t, Y, inputs=io.inputs({"dose": doses}), p0=[1.0, 15.0, 0.2, 0.3, 0.3],
                  initial_state=[0.0, 0.0, 0.0], t0=0.0)  # fmt: skip
     assert res.success
-    assert np.all(np.abs(res.x / TWO_TRUE - 1) < 0.05)
-    assert np.all(np.abs(res.x - TWO_TRUE) < 4 * res.stderr)
+    # the data of C cannot tell the truth from its flip-flop twin (same curve): the nearest
+    twins = io.equivalent(TWO_TRUE)
+    target = twins[np.argmin(np.max(np.abs(np.log(res.x / twins)), axis=1))]
+    assert np.all(np.abs(res.x / target - 1) < 0.05)
+    assert np.all(np.abs(res.x - target) < 4 * res.stderr)
 
 
 def test_rest_initial_state_of_a_higher_order_model():

@@ -343,9 +343,14 @@ def test_hostile_initial_state_refusals():
     d = P.simulate(n_points=41, noise_ratio=0.02, seed=0)
     head = pw.get_problem("head_acceleration")
     h = head.simulate(n_points=101, noise_ratio=0.02, seed=1)
-    with pytest.raises(ValueError, match="first-order models; this one has order 2"):
+    # order 2: the state and its derivative, known at rest only
+    with pytest.raises(ValueError, match=r"one value per state \(2: \['x', \"x'\"\]\)"):
         pw.WeakLikelihood(
             head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=np.zeros(1)
+        )
+    with pytest.raises(ValueError, match="at rest only"):
+        pw.WeakLikelihood(
+            head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=[0.0, 1.0]
         )
     for method in ("oels", "hybrid", "data2ld"):
         with pytest.raises(ValueError, match="would ignore it"):

@@ -17,7 +17,9 @@ Prints, per data set: posterior means and sds of both, ``(mean - mean_ref) / sd_
 ratio and the sampling times. Results are written to
 ``benchmarks/results/pk_reference/<n>_<noise>.json``.
 
-Run:  python benchmarks/pk_reference.py [--n 20] [--noise 0.1] [--seeds 0,1,2]
+``--radii`` gives the weak likelihood's test-function radii (hours) instead of the default.
+
+Run:  python benchmarks/pk_reference.py [--n 20] [--noise 0.1] [--seeds 0,1,2] [--radii ...]
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ def reference(t, y, draws: int):
     return idata, time.perf_counter() - start, model
 
 
-def weak(t, y, draws: int, known: bool):
+def weak(t, y, draws: int, known: bool, radii=None):
     opts = {"initial_state": [0.0], "t0": 0.0} if known else {}
+    if radii is not None:
+        opts["test_functions"] = {"radii": radii}
     with pm.Model():
         p, s = _priors(np.sqrt(np.mean(y**2)))
         pw.WeakODELikelihood("y", ode=P.model, params=p, t=t, observed=y[:, None], sigma=s, **opts)
@@ -92,15 +96,20 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.1)
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument(
+        "--radii", default=None,
+        help="comma-separated test-function radii in hours (default: the library's choice)",
+    )  # fmt: skip
     args = ap.parse_args()
     ROOT.mkdir(parents=True, exist_ok=True)
     out = {}
+    radii = None if args.radii is None else [float(r) for r in args.radii.split(",")]
     for seed in map(int, args.seeds.split(",")):
         t, y, sigma = data(args.n, args.noise, seed)
         ref, t_ref, _ = reference(t, y, args.draws)
         row = {"true_sigma": sigma, "reference": summary(ref) | {"seconds": t_ref}}
         for known in (True, False):
-            idata, t_weak = weak(t, y, args.draws, known)
+            idata, t_weak = weak(t, y, args.draws, known, radii)
             row["weak_known" if known else "weak_free"] = summary(idata) | {"seconds": t_weak}
         out[seed] = row
         r = row["reference"]
@@ -114,8 +123,10 @@ def main() -> None:
                 f"  {key:10s} shift/sd_ref {np.round(shift, 2)}  sd ratio {np.round(ratio, 2)}"
                 f"  div {w['divergences']}  ({w['seconds']:.1f} s)"
             )
-    path = ROOT / f"{args.n}_{args.noise:g}.json"
-    path.write_text(json.dumps({"params": [*NAMES, "sigma"], "runs": out}, indent=1))
+    tag = "" if radii is None else "_radii-" + "-".join(f"{r:g}" for r in radii)
+    path = ROOT / f"{args.n}_{args.noise:g}{tag}.json"
+    record = {"params": [*NAMES, "sigma"], "radii": radii, "runs": out}
+    path.write_text(json.dumps(record, indent=1))
     print(f"written {path}")
 
 

@@ -308,3 +308,25 @@ def test_equivalent_parameters_give_the_same_observed_curve():
     c = [pw.solve(TWO, q, [0.0, 0.0, 0.0], t, inputs=doses)[:, 1] for q in twins]
     np.testing.assert_allclose(c[1], c[0], rtol=1e-6, atol=1e-9)
     assert input_output(IV, "C").equivalent(IV_TRUE).shape == (1, 2)  # identifiable
+
+
+def test_weak_ode_likelihood_with_doses_and_predictive_draws():
+    """In PyMC: the posterior is near the truth and the predictive draws, solved with the
+    jumps at the doses, follow the noise-free curve."""
+    import pymc as pm
+
+    d = IV_PROBLEM.simulate(noise_ratio=0.05, seed=0)
+    with pm.Model():
+        p = pm.LogNormal("p", mu=np.log(IV_TRUE), sigma=0.5, shape=2)
+        pw.WeakODELikelihood(
+            "U", ode=IV, params=p, t=d.t, observed=d.U, inputs=d.inputs, initial_state=[0.0]
+        )
+        idata = pw.sample(200, tune=200, chains=2, progressbar=False, random_seed=1)
+        pp = pm.sample_posterior_predictive(idata, progressbar=False, random_seed=2)
+    post = idata.posterior["p"]
+    mean, sd = post.mean(("chain", "draw")).values, post.std(("chain", "draw")).values
+    assert np.all(np.abs(mean - IV_TRUE) < 4 * sd)
+    U = pp.posterior_predictive["U"].values  # (chain, draw, time, state)
+    # 400 draws: the mean's error is the posterior spread plus sigma / 20
+    assert np.max(np.abs(U.mean((0, 1))[:, 0] - d.U_true[:, 0])) < d.sigma[0]
+    assert U[..., 33, 0].mean() > U[..., 32, 0].mean() + 5  # the dose at t = 8 (index 32)

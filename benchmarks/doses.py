@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 import pymc_wendy as pw
-from pymc_wendy.model.simulate import add_noise
 
 ROOT = Path(__file__).resolve().parent / "results" / "doses"
 N_DATASETS = 100
@@ -61,17 +60,12 @@ class ObservedProblem(pw.Problem):
             latent=prob,
         )
 
-    def simulate(self, *, noise_ratio: float = 0.1, seed: int | None = None, **kwargs):
-        # the noise level is relative to the observed state, not to every state's values
-        d = self.latent.simulate(noise_ratio=0.0, seed=seed, **kwargs)
+    def simulate(self, **kwargs) -> pw.SimulatedData:
+        # the latent problem puts noise on the observed state only, at its own scale
+        d = self.latent.simulate(**kwargs)
         col = self.latent.model.states.index(self.model.states[0])
-        U_true = d.U_true[:, [col]]
-        U, sigma = add_noise(
-            U_true, noise=d.noise, noise_ratio=noise_ratio, seed=seed,
-            noise_scale=self.noise_scale,
-        )  # fmt: skip
         return dataclasses.replace(
-            d, U=U, U_true=U_true, sigma=sigma, noise_ratio=noise_ratio,
+            d, U=d.U[:, [col]], U_true=d.U_true[:, [col]], sigma=d.sigma[[col]],
             states=self.model.states, inputs=self.inputs,
         )  # fmt: skip
 

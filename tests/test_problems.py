@@ -472,3 +472,16 @@ def test_theophylline_data_set():
     assert s1["conc"].tolist()[-3:] == [6.89, 5.94, 3.28]
     assert float(s1["dose"].iloc[0]) == 4.02 and float(s1["weight"].iloc[0]) == 79.6
     assert "Boeckmann" in df.attrs["source"]
+
+
+def test_problem_with_unobserved_states_simulates_the_observed_ones():
+    """Noise only on the observed state, at its own scale (the gut's doses in mg must not set
+    it); the unobserved state is NaN in U and its truth stays in U_true."""
+    prob = get_problem("pk_oral_doses")
+    d = prob.simulate(noise_ratio=0.05, seed=1)
+    assert np.all(np.isnan(d.U[:, 0])) and np.isnan(d.sigma[0])
+    c = d.U_true[:, 1]
+    assert d.sigma[1] == pytest.approx(0.05 * np.sqrt(np.mean(c**2)))
+    assert np.all(np.isfinite(d.U[:, 1])) and np.all(d.U_true[:, 0] >= 0)
+    resid = d.U[:, 1] - c
+    assert 0.7 * d.sigma[1] < np.std(resid) < 1.3 * d.sigma[1]  # 97 draws: sd within ~15 %

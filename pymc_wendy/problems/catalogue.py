@@ -14,6 +14,7 @@ Data are made with :func:`pymc_wendy.simulate` (:mod:`pymc_wendy.model.simulate`
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from pymc_wendy._validation import check_noise_name, check_vector
 from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.model.simulate import SimulatedData, simulate
+from pymc_wendy.model.simulate import SimulatedData, add_noise, simulate
 
 __all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems"]
 
@@ -61,9 +62,9 @@ class Problem:
     n_points : int
         Default size of the simulation grid.
     observed : tuple of str or None
-        The states the benchmark observes (None: all). ``simulate`` returns every state (the
-        truth); fit the observed ones, e.g. with the input-output equation
-        (:func:`~pymc_wendy.input_output`) for one observed state.
+        The states the benchmark observes (None: all). ``simulate`` puts noise on these only
+        (NaN for the others in ``U``; ``U_true`` has every state); fit them, e.g. with the
+        input-output equation (:func:`~pymc_wendy.input_output`) for one observed state.
     """
 
     name: str
@@ -162,8 +163,15 @@ class Problem:
         ``SimulatedData.dropped_times``. For SIR-TDI, whose initial condition is (1, 0, 0), this
         removes the initial point only (the solution is positive for t > 0), so the data start
         one step after ``t_span[0]``. Additive noise keeps every point.
+
+        A problem with unobserved states (:attr:`observed`) returns NaN for them in ``U`` (and
+        ``sigma``), and its noise level is ``noise_ratio`` times the observed states' own
+        scale: the unobserved ones (a dose in the gut, in mg) must not set it. ``U_true``
+        holds every state.
         """
         noise = self.noise if noise is None else check_noise_name(noise)
+        if self.observed is not None:
+            return self._simulate_observed(noise, noise_ratio, seed, n_points, subsample, p, u0)
         return simulate(
             self.model,
             self.p_true if p is None else p,
@@ -180,6 +188,22 @@ class Problem:
             inputs=self.inputs,
             noise_scale=self.noise_scale,
         )
+
+    def _simulate_observed(self, noise, noise_ratio, seed, n_points, subsample, p, u0):
+        exact = dataclasses.replace(self, observed=None).simulate(
+            n_points=n_points, subsample=subsample, noise_ratio=0.0, noise=noise, seed=seed,
+            p=p, u0=u0,
+        )  # fmt: skip
+        cols = [self.model.states.index(s) for s in self.observed]
+        U_obs, sigma_obs = add_noise(
+            exact.U_true[:, cols], noise=noise, noise_ratio=noise_ratio, seed=seed,
+            noise_scale=self.noise_scale,
+        )  # fmt: skip
+        U = np.full_like(exact.U_true, np.nan)
+        U[:, cols] = U_obs
+        sigma = np.full(self.model.n_states, np.nan)
+        sigma[cols] = sigma_obs
+        return dataclasses.replace(exact, U=U, sigma=sigma, noise_ratio=float(noise_ratio))
 
     def __repr__(self) -> str:
         return (

@@ -214,18 +214,42 @@ def test_known_initial_state_before_first_observation_informs_absorption():
     assert known.stderr[2] < 0.2 * free.stderr[2]
 
 
+def _exact_stderr(model, p, t, sd) -> np.ndarray:
+    """Standard errors of the exact (forward-solve) likelihood: Fisher information from
+    central differences of the solution at the data times, C(0) = 0 known."""
+    times = np.r_[0.0, t]
+    J = np.empty((t.size, p.size))
+    for j in range(p.size):
+        e = np.zeros(p.size)
+        e[j] = 1e-6 * p[j]
+        hi, lo = (pw.solve(model, q, [0.0], times, rtol=1e-12, atol=1e-12) for q in (p + e, p - e))
+        J[:, j] = (hi[1:, 0] - lo[1:, 0]) / (2 * e[j])
+    return sd * np.sqrt(np.diag(np.linalg.inv(J.T @ J)))
+
+
 def test_known_initial_state_on_a_nonuniform_design():
     """Geometric sampling (dense after the dose, sparse later), as in pharmacokinetic
-    studies: product integration for every row. On 20 data sets of this design the coverage
-    of 95 % intervals was 0.90-1.00 with the known state."""
+    studies: product integration for every row, radii reaching down into the dense start.
+    The known state then gives standard errors close to the exact likelihood's (median ratio
+    1.14 / 0.92 / 1.03 over these four data sets; 2.0 / 1.1 / 1.4 before the radii reached
+    down, and a bias of 3 se in ke while narrow bumps were integrated on the pieces' own
+    nodes). On 20 data sets of this design the coverage of 95 % intervals was 0.90-1.00."""
     t = np.geomspace(0.25, 24.0, 41)
-    U = pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:]
-    U = U + np.random.default_rng(1).normal(size=U.shape) * 0.05 * np.sqrt(np.mean(U**2))
-    known = pw.fit(PK, t, U, p0=PK_TRUE, initial_state=[0.0], t0=0.0)
-    free = pw.fit(PK, t, U, p0=PK_TRUE)
-    assert known.likelihood.test_functions.quadrature == "product"
-    assert known.success and np.all(np.abs(known.x - PK_TRUE) < 3 * known.stderr)
-    assert known.stderr[2] < 0.2 * free.stderr[2]
+    U0 = pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:]
+    sd = 0.05 * np.sqrt(np.mean(U0**2))
+    exact = _exact_stderr(PK, PK_TRUE, t, sd)
+    ratios, gains = [], []
+    for seed in range(4):
+        U = U0 + np.random.default_rng(seed).normal(size=U0.shape) * sd
+        known = pw.fit(PK, t, U, p0=PK_TRUE, initial_state=[0.0], t0=0.0)
+        free = pw.fit(PK, t, U, p0=PK_TRUE)
+        assert known.likelihood.test_functions.quadrature == "product"
+        assert known.success and np.all(np.abs(known.x - PK_TRUE) < 3 * known.stderr)
+        ratios.append(known.stderr / exact)
+        gains.append(known.stderr / free.stderr)
+    ratio = np.median(ratios, axis=0)
+    assert np.all((ratio > 0.8) & (ratio < 1.4)), ratio
+    assert np.median(gains, axis=0)[2] < 0.8
 
 
 def _infusion():

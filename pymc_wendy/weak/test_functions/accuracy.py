@@ -80,7 +80,9 @@ def accurate_test_functions(
     best = None
     for points in range(4 + 2 * order, 2, -1):
         try:
-            tf = build_test_functions(t, X, min_radius=points * h, multipliers=(1, 2, 4), **where)
+            tf = build_test_functions(
+                t, X, min_radius=points * h, multipliers=(1, 2, 4), dense_radii=True, **where
+            )
         except ValueError:  # the radius does not fit on the grid
             continue
         if moment_error(tf, order) > MAX_MOMENT_ERROR:

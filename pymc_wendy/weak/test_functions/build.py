@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -57,6 +58,7 @@ def build_test_functions(
     quadrature: str = "auto",
     breaks: Sequence[float] | np.ndarray = (),
     kinks: Sequence[float] | np.ndarray = (),
+    dense_radii: bool | None = None,
     **selection_options: Any,
 ) -> TestFunctions:
     """Build orthonormal weak-form test functions for data ``U`` on grid ``t``.
@@ -113,6 +115,16 @@ def build_test_functions(
         higher-order model). The rows are then weighted by product integration with each
         side interpolated separately. The likelihoods pass the dose times of
         :class:`~pymc_wendy.Doses` inputs themselves.
+    dense_radii : bool, optional
+        On a non-uniform grid with product integration, whether the radius ladder also
+        extends downwards, by halvings of the smallest radius, until it is as many of the
+        densest stretch's spacings (:func:`~.grid.local_spacing`, averaged over four
+        intervals) as the smallest radius has median spacings, or fewer. A geometric design (dense
+        early, where a fast rise is sampled) then gets bumps narrow enough to see the rise:
+        on one-compartment oral data at 20 points from 0.5 h to 24 h this took the standard
+        error of the absorption rate from 11 to 0.20-0.26, against 0.20 for the exact likelihood
+        (``docs/data.md``). Grids with no denser stretch (gaps in a uniform series) are
+        unchanged. Default: yes, unless ``radii`` or ``min_radius`` is given.
     **selection_options
         Passed to :func:`select_min_radius` (``radius_range``, ``n_candidates``,
         ``per_candidate``, ``subsample_rate``, ``max_multiplier``; the last defaults to
@@ -131,7 +143,9 @@ def build_test_functions(
         larger than the rank, or a family that is not local.
     """
     t, U = check_data(t, U)
-    grid = make_grid(t, quadrature, breaks, kinks)
+    if dense_radii is None:
+        dense_radii = radii is None and min_radius is None
+    grid = make_grid(t, quadrature, breaks, kinks, local=bool(dense_radii))
     shape = local_family(family, eta)
     min_points = check_positive("min_points", min_points)
     K = _check_options(selection_options, min_radius, radii, K, Kmax, max_cond, max_info)
@@ -145,6 +159,8 @@ def build_test_functions(
             used, selection = _multiples_of(grid, min_radius, mult), None
         else:
             used, selection = _searched_radii(grid, U, shape, mult, min_points, selection_options)
+    if radii is None:
+        used = np.concatenate([_dense_radii(grid, used), used])
     full = _full_matrices(grid, shape, used)
     return _reduce(grid, full, used, selection, shape, K, (int(Kmax), max_cond, max_info))
 
@@ -247,6 +263,20 @@ def _radii_from_min(
     keep = radii < r_max - grid.tol if strict else radii <= r_max + grid.tol
     radii = radii[keep & (radii > 0)]
     return _unique(radii)
+
+
+def _dense_radii(grid: Grid, radii: np.ndarray) -> np.ndarray:
+    """Halvings of the smallest radius for the grid's dense stretches (``dense_radii``),
+    placed at every centre where they fit: on 20 geometric points, keeping them to the dense
+    stretch instead tripled the absorption rate's standard error on some data sets."""
+    if radii.size == 0 or grid.dense >= 1.0:
+        return np.zeros(0)
+    # until at or below grid.dense * smallest: on 20 geometric points, stopping just above it
+    # cost 25 % of the absorption rate's standard error
+    halvings = math.ceil(-math.log2(grid.dense) - 1e-9)
+    lower = float(np.min(radii)) * 0.5 ** np.arange(halvings, 0, -1)
+    # one within a third of the smallest would add near-copies of its rows
+    return lower[lower < np.min(radii) / 1.5]
 
 
 # --- the full matrices and their SVD reduction -----------------------------------------------

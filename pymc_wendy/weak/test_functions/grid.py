@@ -19,7 +19,15 @@ from pymc_wendy.weak.test_functions.quadrature import (
     relevant_breaks,
 )
 
-__all__ = ["QUADRATURES", "SNAP_RTOL", "Grid", "check_positive", "make_grid", "too_few_points"]
+__all__ = [
+    "QUADRATURES",
+    "SNAP_RTOL",
+    "Grid",
+    "check_positive",
+    "local_spacing",
+    "make_grid",
+    "too_few_points",
+]
 
 #: the quadrature rules the test-function rows can be weighted with (``"auto"`` picks one)
 QUADRATURES = ("auto", "trapezoid", "product")
@@ -29,6 +37,9 @@ UNIFORM_RTOL = 1e-6
 # Slack, relative to the grid spacing, for "support inside the domain" and point conversions;
 # radii computed as n * dt carry rounding errors far below it.
 SNAP_RTOL = 1e-9
+# Intervals either side over which the local spacing is averaged: one short interval (two
+# nearly simultaneous samples) does not make a dense stretch.
+_SPACING_WINDOW = 2
 
 
 @dataclass(frozen=True)
@@ -51,6 +62,16 @@ class Grid:
     breaks: np.ndarray = field(default_factory=lambda: np.zeros(0))
     # Times in [t_0, t_M) where the data's derivative jumps (doses into unmeasured states)
     kinks: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    # The local spacing at every point (:func:`local_spacing`): the radius ladder extends down
+    # to its densest stretch (None: it does not)
+    spacing: np.ndarray | None = None
+
+    @property
+    def dense(self) -> float:
+        """The densest stretch's spacing over :attr:`unit` (at most 1)."""
+        if self.spacing is None:
+            return 1.0
+        return min(1.0, float(np.min(self.spacing)) / self.unit)
 
     @property
     def M(self) -> int:
@@ -111,7 +132,9 @@ class Grid:
         return rows, drows, scales
 
 
-def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=()) -> Grid:
+def make_grid(
+    t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=(), local: bool = True
+) -> Grid:
     """The :class:`Grid` of checked, strictly increasing times ``t``.
 
     ``quadrature="auto"`` is the trapezoid rule on a uniform grid (spectrally accurate for
@@ -120,6 +143,10 @@ def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=()) -> G
     where the data jump: bolus doses) inside the span need the product rule, which
     interpolates each side separately; the trapezoid rule is first order across a jump.
     ``kinks`` (where the data's derivative jumps) make ``"auto"`` choose it too.
+
+    ``local``: on a non-uniform grid with product integration, record the local spacing
+    (:attr:`Grid.spacing`), so that the radius ladder can extend down into its dense
+    stretches (``dense_radii`` of :func:`~.build.build_test_functions`).
     """
     if quadrature not in QUADRATURES:
         raise ValueError(f"quadrature must be one of {QUADRATURES}; got {quadrature!r}")
@@ -145,10 +172,13 @@ def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=()) -> G
     if quadrature == "auto":
         smooth = not (breaks.size or kinks.size)
         quadrature = "trapezoid" if (uniform and smooth) or t.size < 4 else "product"
+    spacing = None
     if not uniform:
         # trapezoid rows need a bump to cover a few samples everywhere (the largest spacing);
         # product integration integrates the bump exactly, whatever its width between samples
         unit = float(np.median(h) if quadrature == "product" else np.max(h))
+        if quadrature == "product" and local:
+            spacing = local_spacing(t)
     return Grid(
         t=t,
         weights=quadrature_weights(t),
@@ -160,7 +190,17 @@ def make_grid(t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=()) -> G
         product=ProductRule.on(t, breaks, kinks) if quadrature == "product" else None,
         breaks=breaks,
         kinks=kinks,
+        spacing=spacing,
     )
+
+
+def local_spacing(t: np.ndarray, half_window: int = _SPACING_WINDOW) -> np.ndarray:
+    """The mean spacing of ``t`` over ``half_window`` intervals either side of every point
+    (fewer at the ends)."""
+    i = np.arange(t.size)
+    lo = np.maximum(i - half_window, 0)
+    hi = np.minimum(i + half_window, t.size - 1)
+    return (t[hi] - t[lo]) / (hi - lo)
 
 
 def too_few_points(grid: Grid, needed_radius: float, what: str, hint: str = "") -> ValueError:

@@ -25,7 +25,7 @@ import dataclasses
 import os
 from pathlib import Path
 
-import numpy as np
+from _report import cell_line
 
 import pymc_wendy as pw
 
@@ -73,32 +73,10 @@ def run(name: str, workers: int, execute: bool = True):
 
 
 def report(name: str, ds) -> None:
-    ok = ds["success"].astype(bool)
-    # Hessian intervals are estimate -/+ 1.96 se
-    stderr = (ds["interval"].sel(bound="upper") - ds["interval"].sel(bound="lower")) / (
-        2 * 1.959963984540054
-    )
-    z = ((ds["estimate"] - ds["truth"]) / stderr).where(ok)
-    covered = ds["covered"].where(ok)
     for n in ds["n_points"].values:
         for noise in ds["noise_ratio"].values:
             sel = {"n_points": n, "noise_ratio": noise, "estimator": ds["estimator"].values[0]}
-            runs = int(ok.sel(sel).count())
-            n_ok = int(ok.sel(sel).sum())
-            cov = covered.sel(sel).mean("dataset").values
-            mc = np.sqrt(cov * (1 - cov) / max(n_ok, 1))
-            zs = z.sel(sel)
-            se = stderr.where(ok).sel(sel).median("dataset").values
-            print(
-                f"{name:22s} N={n:4d} noise={noise:.2f}  ok {n_ok:3d}/{runs}  coverage "
-                + " ".join(f"{c:.2f}±{m:.2f}" for c, m in zip(cov, mc, strict=True))
-                + "  mean z "
-                + " ".join(f"{v:+.2f}" for v in zs.mean("dataset").values)
-                + "  sd z "
-                + " ".join(f"{v:.2f}" for v in zs.std("dataset").values)
-                + "  median se "
-                + " ".join(f"{v:.3g}" for v in se)
-            )
+            print(cell_line(f"{name:22s}", ds, sel))
 
 
 def main() -> None:

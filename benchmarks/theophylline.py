@@ -26,6 +26,7 @@ that is right by construction): it tells the weak form's short-series error from
 misfit in the real data.
 
 Run:  python benchmarks/theophylline.py [--draws 1000] [--seed 1] [--simulated SEED]
+      [--target-accept 0.95]
 """
 
 from __future__ import annotations
@@ -165,6 +166,10 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--simulated", type=int, default=None, help="noise seed of simulated data")
+    ap.add_argument(
+        "--target-accept", type=float, default=None,
+        help="target_accept of the weak model's NUTS (default: pw.sample's)",
+    )  # fmt: skip
     args = ap.parse_args()
     ROOT.mkdir(parents=True, exist_ok=True)
     data = subjects()
@@ -172,6 +177,8 @@ def main() -> None:
     if args.simulated is not None:
         data = simulated(data, args.draws, args.seed, args.simulated)
         tag = f"_simulated{args.simulated}"
+    if args.target_accept is not None:
+        tag += f"_ta{args.target_accept:g}"
 
     rows = per_subject(data)
     print("subject | NLS (closed form) ka ke a [se] | WENDy-MLE ka ke a [se]")
@@ -190,7 +197,8 @@ def main() -> None:
     ref_s = summary(ref, time.perf_counter() - start)
     start = time.perf_counter()
     with weak_model(data):
-        weak = pw.sample(args.draws, chains=4, progressbar=False, random_seed=args.seed)
+        opts = {} if args.target_accept is None else {"target_accept": args.target_accept}
+        weak = pw.sample(args.draws, chains=4, progressbar=False, random_seed=args.seed, **opts)
     weak_s = summary(weak, time.perf_counter() - start)
 
     print(f"\nreference (exact, nutpie): {ref_s['seconds']:.1f} s, {ref_s['divergences']} div")

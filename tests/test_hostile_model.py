@@ -111,14 +111,7 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
 @pytest.mark.parametrize(
     "model, observed, match",
     [
-        (
-            pw.ODEModel(
-                lambda t, u, p: [-p[0] * u[0] * u[1], p[0] * u[0] * u[1] - p[1] * u[1]],
-                states=["S", "I"], params=["beta", "gamma"],
-            ),
-            "I",
-            "not linear in its states",
-        ),
+        (pw.get_problem("sir").model, "I", "not linear in its states"),
         (
             pw.ODEModel(lambda t, u, p: [-p[0] * u[0], -p[1] * u[1]], states=["x", "y"],
                         params=["a", "b"]),

@@ -21,7 +21,7 @@ NAMES = [
 # higher-order problems (their own tests: tests/test_higher_order.py)
 HIGHER_ORDER = ["head_acceleration"]
 # problems of ours for the initial-state and dosing features (tests/test_initial_state.py)
-OURS = ["pk_oral", "pk_iv_doses", "pk_oral_doses", "pk_two_compartment"]
+OURS = ["pk_oral", "pk_iv_doses", "pk_oral_doses", "pk_two_compartment", "sir"]
 LOGNORMAL = {"goodwin_3d", "sir_tdi"}
 
 

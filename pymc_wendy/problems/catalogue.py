@@ -285,6 +285,11 @@ def _pk_oral(t, u, p):
     return [p[2] * p[0] * np.exp(-p[0] * t) - p[1] * c]
 
 
+def _sir(t, u, p):
+    s, i, _ = u
+    return [-p[0] * s * i, p[0] * s * i - p[1] * i, p[1] * i]
+
+
 def _head_acceleration(t, u, p, w):
     x, dx = u
     return [-p[0] * x - p[1] * dx + p[2] * w[0]]
@@ -478,7 +483,7 @@ _PAPER_PROBLEMS: tuple[dict, ...] = (
 def _make_problems() -> dict[str, Problem]:
     problems = [_build(**spec) for spec in _PAPER_PROBLEMS] + [_head_acceleration_problem()]
     problems += [_pk_oral_problem(), _pk_iv_problem(), _pk_doses_problem()]
-    problems.append(_pk_two_compartment_problem())
+    problems += [_pk_two_compartment_problem(), _sir_problem()]
     return {prob.name: prob for prob in problems}
 
 
@@ -623,6 +628,33 @@ def _pk_two_compartment_problem() -> Problem:
         inputs={"dose": Doses([0.0, 24.0, 48.0], 500.0)},
         n_points=289,
         observed=("C",),
+    )
+
+
+def _sir_problem() -> Problem:
+    model = ODEModel(_sir, states=["S", "I", "R"], params=["beta", "gamma"], name="sir")
+    return Problem(
+        name="sir",
+        model=model,
+        p_true=np.array([0.5, 0.2]),
+        u0=np.array([0.99, 0.01, 0.0]),
+        t_span=(0.0, 60.0),
+        noise="normal",
+        bounds=((1e-3, 5.0), (1e-3, 5.0)),
+        stiff=False,
+        reference=(
+            "ours (issue 34): the SIR epidemic in population fractions, observed in the "
+            "infected fraction I only, as case counts are"
+        ),
+        notes=(
+            "Time in days, R0 = beta / gamma = 2.5; the epidemic peaks near day 22. Observed "
+            "in I only it is identifiable, but its input-output equation in I is nonlinear "
+            "((log I)'' = -beta I' - beta gamma I), which pw.input_output refuses, and no "
+            "estimator fits a never-observed state yet: fit it with every state observed "
+            "(docs/doses.md)."
+        ),
+        n_points=121,
+        observed=("I",),
     )
 
 

@@ -129,3 +129,17 @@ def test_theophylline_page_hierarchical():
     assert float(az.rhat(post["mu"].values[..., 1])) < 1.05  # ke: well determined
     ke = np.exp(post["mu"].values[..., 1]).mean()
     assert 0.06 < ke < 0.11  # per-subject least squares: 0.054-0.106
+
+
+def test_data_page_initial_state_with_a_prior_runs():
+    """docs/data.md's block with a prior on C(0) runs as written and recovers the rates."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "data.md").read_text(), re.S)
+    block = next(b for b in blocks if "initial_state=c0" in b)
+    namespace: dict = {}
+    exec(block, namespace)  # noqa: S102
+    post = namespace["idata"].posterior
+    assert int(namespace["idata"].sample_stats["diverging"].sum()) == 0
+    p = post["p"].values.reshape(-1, 3)
+    truth = namespace["P"].p_true
+    assert np.all(np.abs(p.mean(0) - truth) < 3 * p.std(0))
+    assert float(post["c0"].min()) >= 0.0

@@ -364,10 +364,25 @@ def test_hostile_initial_state_refusals():
         warnings.simplefilter("ignore")
         import pymc as pm
 
-        with pm.Model(), pytest.raises(TypeError, match="prior"):
+        # an initial state with a prior: first-order models without inputs, one value per
+        # state, a numeric t0, no bias correction (it was refused outright before)
+        cases = [
+            (head.model, h, {}, 2, "order > 1"),
+            (IV, IV_PROBLEM.simulate(noise_ratio=0.05, seed=0), {"inputs": IV_PROBLEM.inputs}, 1,
+             "has inputs"),
+            (P.model, d, {}, 3, "must have 2 entries"),
+            (P.model, d, {"bias_correction": "auto"}, 2, "bias_correction"),
+        ]  # fmt: skip
+        for model, data, extra, n, match in cases:
+            with pm.Model(), pytest.raises(ValueError, match=match):
+                pw.WeakODELikelihood(
+                    "u", ode=model, params=np.ones(model.n_params), t=data.t, observed=data.U,
+                    sigma=0.1, initial_state=pm.Normal("x0", shape=n), **extra,
+                )  # fmt: skip
+        with pm.Model(), pytest.raises(TypeError, match="t0 must be a number"):
             pw.WeakODELikelihood(
                 "u", ode=P.model, params=P.p_true, t=d.t, observed=d.U, sigma=0.1,
-                initial_state=pm.Normal("x0", shape=2),
+                initial_state=P.u0, t0=pm.Normal("t0"),
             )  # fmt: skip
 
 

@@ -336,3 +336,116 @@ def test_weak_ode_likelihood_with_initial_state():
     # predictive draws solve from the known state at t0, before the first observation
     traj = m["C"].owner.op.trajectory(PK_TRUE, np.full(1, np.nan))
     np.testing.assert_allclose(traj, pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:], rtol=1e-6)
+
+
+# --- an initial state with a prior ------------------------------------------------------------
+def _free(t0: float, noise: str = "normal"):
+    """pk_oral on a geometric design, built with some initial state (its row is replaced)."""
+    t, U = _pk_data(30, 0.5, 0.05, seed=4)
+    if noise == "lognormal":  # multiplicative noise keeps the decaying tail positive
+        U = _pk_data(30, 0.5, 0.0, seed=4)[1] * np.exp(
+            0.05 * np.random.default_rng(4).normal(size=U.shape)
+        )
+    sigma = 0.05 if noise == "lognormal" else 0.3
+    u0 = [0.5] if noise == "lognormal" else [0.0]
+    return pw.WeakLikelihood(PK, t, U, sigma=sigma, initial_state=u0, t0=t0, noise=noise)
+
+
+@pytest.mark.parametrize("t0, noise", [(0.0, "normal"), (0.5, "normal"), (0.0, "lognormal")])
+def test_free_initial_gradients_against_finite_differences(t0, noise):
+    lik = _free(t0, noise)
+    p, x0, s2 = PK_TRUE * [0.9, 1.1, 0.95], np.array([0.2]), np.array([0.5 * lik.sigma[0] ** 2])
+    nll, gp, gx, gs = lik.initial_nll_grad(p, x0, s2)
+    np.testing.assert_allclose(
+        gp, _fd_grad(lambda q: lik.initial_nll_grad(q, x0, s2)[0], p), rtol=1e-5
+    )
+    np.testing.assert_allclose(
+        gx, _fd_grad(lambda q: lik.initial_nll_grad(p, q, s2)[0], x0), rtol=1e-5
+    )
+    fd_s = _fd_grad(lambda q: lik.initial_nll_grad(p, x0, q)[0], s2, eps=1e-7 * s2[0])
+    np.testing.assert_allclose(gs, fd_s, rtol=1e-5)
+    # at the known value it is the likelihood with that known state
+    known = lik.initial_state.u0
+    x_known = np.log(known) if noise == "lognormal" else known
+    assert lik.initial_nll_grad(p, x_known)[0] == pytest.approx(lik.nll(p), rel=1e-12)
+
+
+@pytest.mark.parametrize("t0", [0.0, 0.5])
+def test_free_initial_numba_and_plain_graph_match_numpy(t0):
+    import pytensor
+    import pytensor.tensor as pt
+
+    lik = _free(t0)
+    p, x0, s2 = PK_TRUE * [1.1, 0.9, 1.05], np.array([0.3]), np.array([0.08])
+    nll, gp, gx, gs = lik.initial_nll_grad(p, x0, s2)
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True, free_initial=True)
+    k_nll, k_g, k_gs = kernel(np.r_[p, x0], s2, 0.0)
+    np.testing.assert_allclose(k_nll, nll, rtol=1e-10)
+    np.testing.assert_allclose(k_g, np.r_[gp, gx], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(k_gs, gs, rtol=1e-8)
+    q, v = pt.vector("q"), pt.vector("v")
+    graph = plain_weak_nll(lik, q[:3], v, x0=q[3:])
+    f = pytensor.function([q, v], [graph, pytensor.grad(graph, q)])
+    g_nll, g_g = f(np.r_[p, x0], s2)
+    np.testing.assert_allclose(g_nll, nll, rtol=1e-10)
+    np.testing.assert_allclose(g_g, np.r_[gp, gx], rtol=1e-7, atol=1e-9)
+
+
+def test_free_initial_op_verify_grad():
+    import pytensor
+
+    from pymc_wendy.backends.op import weak_loglik
+
+    lik = _free(0.0)
+    rng = np.random.default_rng(1)
+    point = np.r_[PK_TRUE * 0.95, 0.1]
+    pytensor.gradient.verify_grad(lambda q: weak_loglik(lik, q[:3], x0=q[3:]), [point], rng=rng)
+    pytensor.gradient.verify_grad(
+        lambda q, s: weak_loglik(lik, q[:3], sigma=s, x0=q[3:]), [point, np.array(0.4)], rng=rng
+    )
+
+
+def test_initial_state_with_a_prior_in_pymc():
+    """A prior on C(0) instead of the known 0: with a tight prior at 0 the posterior is the
+    known state's; with a wide one it is wider in the amplitude, which C(0) trades against."""
+    import pymc as pm
+
+    t = np.geomspace(0.5, 24.0, 30)  # the rise sampled densely (docs/data.md)
+    C = pw.solve(PK, PK_TRUE, [0.0], np.r_[0.0, t])[1:]
+    sd = 0.1 * np.sqrt(np.mean(C**2))
+    U = C + sd * np.random.default_rng(5).normal(size=C.shape)
+    summaries = {}
+    for label in ("known", "tight", "wide"):
+        with pm.Model():
+            p = pm.LogNormal("p", mu=np.log(PK_TRUE), sigma=1.0, shape=3)
+            scale = {"tight": 1e-3, "wide": 1.0}.get(label)
+            init = [0.0] if scale is None else pm.Normal("c0", 0.0, scale, shape=1)
+            pw.WeakODELikelihood(
+                "C", ode=PK, params=p, t=t, observed=U, sigma=sd, initial_state=init, t0=0.0
+            )
+            idata = pw.sample(500, chains=2, progressbar=False, random_seed=3)
+        post = idata.posterior["p"].values.reshape(-1, 3)
+        summaries[label] = (post.mean(0), post.std(0))
+        assert int(idata.sample_stats["diverging"].sum()) == 0
+    (m_k, s_k), (m_t, s_t), (_, s_w) = summaries["known"], summaries["tight"], summaries["wide"]
+    assert np.all(np.abs(m_t - m_k) < 0.25 * s_k)  # Monte Carlo error of 1000 draws
+    assert np.all((s_t / s_k > 0.8) & (s_t / s_k < 1.25))
+    assert s_w[2] > 1.3 * s_k[2]
+
+
+def test_initial_state_prior_predictive_solves_from_the_drawn_state():
+    import pymc as pm
+
+    t, U = _pk_data(30, 0.5, 0.05, seed=6)
+    with pm.Model() as m:
+        c0 = pm.Normal("c0", 0.0, 1.0, shape=1)
+        pw.WeakODELikelihood(
+            "C", ode=PK, params=PK_TRUE, t=t, observed=U, sigma=0.3, initial_state=c0, t0=0.0
+        )
+    op = m["C"].owner.op
+    assert op.free_initial
+    traj = op.trajectory(PK_TRUE, np.array([2.0]))
+    np.testing.assert_allclose(traj, pw.solve(PK, PK_TRUE, [2.0], np.r_[0.0, t])[1:], rtol=1e-6)
+    logp = m.compile_logp(sum=False)
+    lik = pw.WeakLikelihood(PK, t, U, sigma=0.3, initial_state=[0.7], t0=0.0)
+    assert float(logp({"c0": np.array([0.7])})[-1]) == pytest.approx(-lik.nll(PK_TRUE), rel=1e-9)

@@ -183,8 +183,9 @@ def _on_grid(exprs, env: dict, cache: dict, n: int):
 
 
 def plain_weak_nll(
-    lik: WeakLikelihood, p, sigma2=None, *, data: Literal["constant", "shared"] = "constant"
-):
+    lik: WeakLikelihood, p, sigma2=None, *, data: Literal["constant", "shared"] = "constant",
+    x0=None,
+):  # fmt: skip
     """The weak negative log-likelihood of ``lik`` as a plain pytensor graph.
 
     Parameters
@@ -199,6 +200,9 @@ def plain_weak_nll(
         How the data arrays (``t``, ``X``, ``Phi``, ``dPhi``, ``b``) enter the graph: as
         constants (slow, uncacheable numba compilation) or as shared variables with symbolic
         sizes (numba-cacheable); see the module doc.
+    x0 : pytensor vector, shape (D,), optional
+        Replaces the known initial row (an initial state with a prior,
+        :meth:`~pymc_wendy.WeakLikelihood.initial_nll_grad`).
 
     Returns
     -------
@@ -229,7 +233,12 @@ def plain_weak_nll(
 
     symbols = model.symbols
     env = {symbols.t: array(lik.form.t)}
-    env |= {u: array(X[:, d]) for d, u in enumerate(symbols.u)}
+    columns = [array(X[:, d]) for d in range(D)]
+    if x0 is not None:
+        lik.check_free_initial()
+        x0 = pt.as_tensor_variable(x0)
+        columns = [pt.set_subtensor(c[0], x0[d]) for d, c in enumerate(columns)]
+    env |= dict(zip(symbols.u, columns, strict=True))
     env |= {pj: p[j] for j, pj in enumerate(symbols.p)}
     cache: dict = {}
 
@@ -239,7 +248,10 @@ def plain_weak_nll(
         [_on_grid([f_u[d, e] for e in range(D)], env, cache, M1).T for d in range(D)]
     )
 
-    r = (pt.dot(phi, F) + array(dphi @ X)).T.flatten()  # state-major; dPhi X is b
+    b = array(dphi @ X)  # dPhi X
+    if x0 is not None:
+        b = b + pt.outer(array(dphi[:, 0]), x0 - array(X[0]))
+    r = (pt.dot(phi, F) + b).T.flatten()  # state-major
     eye = np.eye(D)[:, None, :, None]  # [d, ., e, .]
     L4 = phi[None, :, None, :] * Ju[:, None, :, :] + array(eye * dphi[None, :, None, :])
     L = L4.reshape((n, D * M1))

@@ -123,6 +123,8 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logd
     ``W`` (M1, D) their per-entry weights. The covariance is
     ``S = scale * L diag(s2raw * W) L^T + diag * I`` (``scale = 1 - ridge``,
     ``diag = ridge_diag`` for the model; other values for the tempering ladder's relaxed rungs).
+    Returns ``(nll, grad_p, grad_sigma2, a)`` with ``a = S^-1 r`` (zeros where the value is
+    infinite).
     """
     K, M1 = phi.shape
     D = F.shape[1]
@@ -131,7 +133,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logd
     gp = np.zeros(J)
     gs = np.zeros(D)
     if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
-        return np.inf, gp, gs
+        return np.inf, gp, gs, np.zeros(n)
     s2 = scale * s2raw
     phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
     dphiT = dphi.T.copy()
@@ -160,9 +162,9 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logd
 
     ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
     if not ok:
-        return np.inf, gp, gs
+        return np.inf, gp, gs, np.zeros(n)
     if not want_grad:
-        return nll, gp, gs
+        return nll, gp, gs, a
     # B[d, m, e] = s2_e sum_k phi[k, m] (W L)[(d, k), (e, m)],  W L = S^{-1} L - a (L^T a)^T
     for e in range(D):
         for m in range(M1):
@@ -187,7 +189,7 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logd
     for e in range(D):
         gs[e] *= 0.5 * scale
     _add_pointwise_score(phi, a, Jp, gp)
-    return nll, gp, gs
+    return nll, gp, gs, a
 
 
 @numba.njit(cache=True)
@@ -461,7 +463,9 @@ def _tilt(nll, gp, p, tilt, ref, offset, want_grad):
     return nll
 
 
-def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[str, np.ndarray]:
+def kernel_inputs(
+    lik, *, infer_sigma: bool, relax_scale: float = 1.0, free_initial: bool = False
+) -> tuple[str, np.ndarray]:
     """Which compiled path serves ``lik``, and everything its kernel reads, packed.
 
     Returns ``(kind, buffer)``: ``kind`` is ``"linear"`` (linear-in-parameter models with the
@@ -479,8 +483,13 @@ def kernel_inputs(lik, *, infer_sigma: bool, relax_scale: float = 1.0) -> tuple[
     tilt = np.zeros(J) if logdet else np.asarray(corr.tilt, dtype=float)
     ref = np.zeros(J) if logdet else np.asarray(corr.reference, dtype=float)
     offset = 0.0 if logdet else float(corr.offset)
-    scalars = np.array([float(lik.ridge), float(relax_scale), offset, float(lik.ridge_diag)])
-    form = lik.compiled_linear_form(per_state=infer_sigma)
+    scalars = np.array(
+        [float(lik.ridge), float(relax_scale), offset, float(lik.ridge_diag), 0.0, float(J)]
+    )
+    if free_initial:
+        lik.check_free_initial()
+        scalars[4] = 1.0
+    form = None if free_initial else lik.compiled_linear_form(per_state=infer_sigma)
     if form is not None:
         kind = "linear"
         data = (form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2, form.r0, form.G)
@@ -580,12 +589,19 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
     return kernel
 
 
-def make_kernel(lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0) -> Callable:
+def make_kernel(
+    lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0,
+    free_initial: bool = False,
+) -> Callable:  # fmt: skip
     """``(p, sigma2, alpha) -> (nll, grad_p, grad_sigma2)`` for ``lik``, callable from Python
-    (tests, benchmarks): :func:`kernel_for`'s kernel on :func:`kernel_inputs`' buffer."""
-    kind, buf = kernel_inputs(lik, infer_sigma=infer_sigma, relax_scale=relax_scale)
+    (tests, benchmarks): :func:`kernel_for`'s kernel on :func:`kernel_inputs`' buffer. With
+    ``free_initial`` ``p`` ends with the initial row and so does ``grad_p``."""
+    kind, buf = kernel_inputs(
+        lik, infer_sigma=infer_sigma, relax_scale=relax_scale, free_initial=free_initial
+    )
     kernel = kernel_for(lik, kind, infer_sigma=infer_sigma, want_grad=want_grad)
-    J, D = lik.model.n_params, lik.model.n_states if infer_sigma else 0
+    J = lik.model.n_params + (lik.model.n_states if free_initial else 0)
+    D = lik.model.n_states if infer_sigma else 0
 
     def bound(p, sigma2, alpha):
         p = np.ascontiguousarray(p, dtype=float)
@@ -660,8 +676,13 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         W, fixed_s2 = _unpack2(buf, o, 5), _unpack1(buf, o, 6)
         tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
         ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
-        p = np.ascontiguousarray(p)
-        M1, D, J = t.size, X.shape[1], p.size
+        free = scalars[4] > 0.5  # p ends with the initial row (an initial state with a prior)
+        J = int(scalars[5]) if free else p.size
+        x0 = np.ascontiguousarray(p[J:])
+        p = np.ascontiguousarray(p[:J])
+        M1, D = t.size, X.shape[1]
+        if free:
+            X, b = _with_initial_row(X, b, dphi, x0)
         F = f(t, X, p, np.zeros((M1, D)))
         Ju = f_u(t, X, p, np.zeros((M1, D, D)))
         if want_grad:
@@ -674,12 +695,47 @@ def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> C
         keep = 1.0 - alpha
         scale = keep * (1.0 - ridge)
         diag = keep * ridge_diag + alpha * c
-        nll, gp, gs = general(phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet)
+        nll, gp, gs, a = general(
+            phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet
+        )
         if not logdet:
             nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
+        if free:
+            gp = np.concatenate((gp, _initial_row_gradient(phi, dphi, Ju, a, want_grad)))
         return nll, gp, gs
 
     return general_kernel
+
+
+@numba.njit(cache=True)
+def _with_initial_row(X, b, dphi, x0):
+    """``X`` with its first row ``x0``, and ``b = dPhi X`` to match."""
+    X = X.copy()
+    b = b.copy()
+    for d in range(X.shape[1]):
+        delta = x0[d] - X[0, d]
+        X[0, d] = x0[d]
+        for k in range(b.shape[0]):
+            b[k, d] += dphi[k, 0] * delta
+    return X, b
+
+
+@numba.njit(cache=True)
+def _initial_row_gradient(phi, dphi, Ju, a, want_grad):
+    """``dl/dx0_e = sum_d (Phi_0 . a_d) Ju[0, d, e] + dPhi_0 . a_e`` (``a = S^-1 r``)."""
+    K = phi.shape[0]
+    D = Ju.shape[1]
+    g = np.zeros(D)
+    if not want_grad:
+        return g
+    for d in range(D):
+        pa = 0.0
+        for k in range(K):
+            pa += phi[k, 0] * a[d * K + k]
+            g[d] += dphi[k, 0] * a[d * K + k]
+        for e in range(D):
+            g[e] += pa * Ju[0, d, e]
+    return g
 
 
 def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:

@@ -56,11 +56,16 @@ class WeakLogLikelihoodOp(Op):
         Makes the relaxed variant the tempering ladder uses (:mod:`pymc_wendy.bayes.tempering`):
         a last scalar input ``alpha`` in [0, 1] replaces the covariance by
         ``(1 - alpha) S(p) + alpha * relax_scale * I``; ``alpha = 0`` is the model's likelihood.
+    free_initial : bool
+        The first input is ``(p, x0)`` (J + D): the known initial row of the likelihood is
+        replaced by ``x0`` (an initial state with a prior;
+        :meth:`~pymc_wendy.WeakLikelihood.initial_nll_grad`), and the gradient output has
+        J + D entries.
 
     Outputs are ``(logp, dlogp/dp)`` or ``(logp, dlogp/dp, dlogp/dsigma2)``.
     """
 
-    __props__ = ("likelihood", "infer_sigma", "compute_grad", "relax_scale")
+    __props__ = ("likelihood", "infer_sigma", "compute_grad", "relax_scale", "free_initial")
 
     def __init__(
         self,
@@ -68,15 +73,27 @@ class WeakLogLikelihoodOp(Op):
         infer_sigma: bool,
         compute_grad: bool = True,
         relax_scale: float | None = None,
+        free_initial: bool = False,
     ):
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
+        if free_initial:
+            likelihood.check_free_initial()
+            if relax_scale is not None:
+                raise ValueError("the tempering ladder does not take an initial state with a prior")
         if relax_scale is not None and not (np.isfinite(relax_scale) and relax_scale > 0):
             raise ValueError(f"relax_scale must be positive and finite; got {relax_scale}")
         self.likelihood = likelihood
         self.infer_sigma = bool(infer_sigma)
         self.compute_grad = bool(compute_grad)
         self.relax_scale = None if relax_scale is None else float(relax_scale)
+        self.free_initial = bool(free_initial)
+
+    @property
+    def n_inputs_p(self) -> int:
+        """Length of the first input: J, plus D with a free initial row."""
+        model = self.likelihood.model
+        return model.n_params + (model.n_states if self.free_initial else 0)
 
     def __str__(self) -> str:
         what = "value" if not self.compute_grad else "value+grad"
@@ -86,11 +103,13 @@ class WeakLogLikelihoodOp(Op):
 
     def relaxed(self, relax_scale: float) -> WeakLogLikelihoodOp:
         """The same likelihood with the covariance relaxation input (class doc)."""
-        return type(self)(self.likelihood, self.infer_sigma, self.compute_grad, relax_scale)
+        return type(self)(
+            self.likelihood, self.infer_sigma, self.compute_grad, relax_scale, self.free_initial
+        )
 
     # --- graph ---------------------------------------------------------------------------
     def make_node(self, p, *rest) -> Apply:
-        J, D = self.likelihood.model.n_params, self.likelihood.model.n_states
+        J, D = self.n_inputs_p, self.likelihood.model.n_states
         p = pt.as_tensor_variable(p).astype("float64")
         if p.type.ndim != 1 or p.type.shape[0] not in (None, J):
             raise ValueError(f"p must be a vector of length {J}; got type {p.type}")
@@ -119,7 +138,7 @@ class WeakLogLikelihoodOp(Op):
         return Apply(self, inputs, outputs)
 
     def infer_shape(self, node, shapes):
-        J, D = self.likelihood.model.n_params, self.likelihood.model.n_states
+        J, D = self.n_inputs_p, self.likelihood.model.n_states
         out = [(), (J,)]
         if self.infer_sigma:
             out.append((D,))
@@ -147,11 +166,16 @@ class WeakLogLikelihoodOp(Op):
     def perform(self, node, inputs, output_storage):
         lik = self.likelihood
         p = np.asarray(inputs[0], dtype=float)
-        D, J = lik.model.n_states, lik.model.n_params
+        D, J = lik.model.n_states, self.n_inputs_p
         sigma = np.sqrt(inputs[1]) if self.infer_sigma else None
         gs = np.zeros(D)
         try:
-            if self.relax_scale is not None:
+            if self.free_initial:
+                Jm = lik.model.n_params
+                s2 = np.asarray(inputs[1], dtype=float) if self.infer_sigma else None
+                nll, gp, gx, gs = lik.initial_nll_grad(p[:Jm], p[Jm:], s2)
+                gp = np.concatenate([gp, gx])
+            elif self.relax_scale is not None:
                 s2 = lik.sigma**2 if sigma is None else sigma**2
                 nll, gp, gs = _relaxed_reference(lik, p, s2, float(inputs[-1]), self.relax_scale)
             elif self.infer_sigma:
@@ -173,16 +197,23 @@ def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
     return lik.relaxed_nll_grad_sigma2(p, s2, alpha, c)
 
 
-def weak_loglik(likelihood: WeakLikelihood, p, sigma=None) -> pt.TensorVariable:
+def weak_loglik(likelihood: WeakLikelihood, p, sigma=None, x0=None) -> pt.TensorVariable:
     """Symbolic weak log-likelihood of ``p`` (and of the noise scale ``sigma`` if symbolic).
 
     ``sigma=None`` uses ``likelihood.sigma``; a tensor (scalar or (D,)) is the noise standard
-    deviation per state and makes the result differentiable in it.
+    deviation per state and makes the result differentiable in it. ``x0`` (D,), a tensor,
+    replaces the likelihood's known initial row (``log u0`` for log-normal noise): an
+    initial state with a prior, differentiable in it too.
     """
+    free = x0 is not None
+    if free:
+        x0 = pt.as_tensor_variable(x0).astype("float64")
+        p = pt.concatenate([pt.as_tensor_variable(p).astype("float64"), x0])
     if sigma is None:
-        return WeakLogLikelihoodOp(likelihood, infer_sigma=False)(p)[0]
+        return WeakLogLikelihoodOp(likelihood, infer_sigma=False, free_initial=free)(p)[0]
     sigma = noise_scale_vector(sigma, likelihood.model.n_states)
-    return WeakLogLikelihoodOp(likelihood, infer_sigma=True)(p, sigma**2)[0]
+    op = WeakLogLikelihoodOp(likelihood, infer_sigma=True, free_initial=free)
+    return op(p, sigma**2)[0]
 
 
 def noise_scale_vector(sigma, D: int) -> pt.TensorVariable:
@@ -205,8 +236,9 @@ def weak_loglik_value_only(fgraph, node):
     if any(fgraph.clients.get(out) for out in node.outputs[1:]):
         return None
     new = WeakLogLikelihoodOp(
-        op.likelihood, op.infer_sigma, compute_grad=False, relax_scale=op.relax_scale
-    )(*node.inputs)
+        op.likelihood, op.infer_sigma, compute_grad=False, relax_scale=op.relax_scale,
+        free_initial=op.free_initial,
+    )(*node.inputs)  # fmt: skip
     return {node.outputs[0]: new[0]}
 
 
@@ -216,12 +248,12 @@ def weak_loglik_value_only(fgraph, node):
 _DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float):
+def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float, free: bool):
     per_lik = _DATA.setdefault(lik, {})
-    key = (infer_sigma, relax_scale)
+    key = (infer_sigma, relax_scale, free)
     if key not in per_lik:
         per_lik[key] = numba_kernels.kernel_inputs(
-            lik, infer_sigma=infer_sigma, relax_scale=relax_scale
+            lik, infer_sigma=infer_sigma, relax_scale=relax_scale, free_initial=free
         )
     return per_lik[key]
 
@@ -234,11 +266,13 @@ def _numba_funcify(op, node=None, **kwargs):
     # part of its code.
     lik = op.likelihood
     relaxed = op.relax_scale is not None
-    kind, buf = _kernel_data(lik, op.infer_sigma, op.relax_scale if relaxed else 1.0)
+    kind, buf = _kernel_data(
+        lik, op.infer_sigma, op.relax_scale if relaxed else 1.0, op.free_initial
+    )
     kernel = numba_kernels.kernel_for(
         lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
     )
-    J = lik.model.n_params
+    J = op.n_inputs_p
     D = lik.model.n_states if op.infer_sigma else 0
     n_buf = buf.size
     from pytensor.link.numba.dispatch.basic import numba_njit

@@ -45,6 +45,7 @@ from pymc_wendy.weak.likelihood import (
     Noise,
     ShortSeriesWarning,
     WeakLikelihood,
+    free_initial_refusal,
     warn_filter_fallback,
 )
 
@@ -63,18 +64,24 @@ class WeakODERV(RandomVariable):
     signature = "(j),(d),(c)->(m,d)"
     dtype = "floatX"
     _print_name = ("WeakODE", "\\operatorname{WeakODE}")
-    __props__ = ("name", "signature", "dtype", "inplace", "likelihood", "infer_sigma", "solver")
+    __props__ = (
+        "name", "signature", "dtype", "inplace", "likelihood", "infer_sigma", "solver",
+        "free_initial",
+    )  # fmt: skip
 
     def __init__(
         self,
         likelihood: WeakLikelihood,
         infer_sigma: bool,
         solver: tuple = (),
+        free_initial: bool = False,
         **kwargs,
     ):
         self.likelihood = likelihood
         self.infer_sigma = bool(infer_sigma)
         self.solver = tuple(solver)
+        # the u0 parameter is the initial state at t0, with a prior (not only for draws)
+        self.free_initial = bool(free_initial)
         super().__init__(**kwargs)
 
     def _supp_shape_from_params(self, dist_params, param_shapes=None):
@@ -88,8 +95,9 @@ class WeakODERV(RandomVariable):
         lik = self.likelihood
         model = lik.base_model
         times, skip = lik.t, 0
-        if lik.initial_state is not None:  # solve from the known state
-            u0 = lik.initial_state.u0
+        if lik.initial_state is not None:  # solve from the known state (or the drawn one)
+            if not self.free_initial:
+                u0 = lik.initial_state.u0
             if lik.initial_state.t0 < lik.t[0]:
                 times, skip = np.concatenate([[lik.initial_state.t0], lik.t]), 1
         elif np.any(np.isnan(u0)):
@@ -186,8 +194,11 @@ class WeakODELikelihood(Distribution):
         model of order > 1 the states and their derivatives (``ode.companion_states``).
         Ignored when ``initial_state`` is given (draws then solve from it).
     initial_state, t0
-        A state known exactly at ``t0`` (numbers; see :class:`pymc_wendy.WeakLikelihood`):
-        the weak likelihood uses it through boundary test functions.
+        The state at ``t0`` (a number; default the first time point), used by the weak
+        likelihood through boundary test functions (:class:`pymc_wendy.WeakLikelihood`):
+        numbers for a state known exactly, or a tensor (D,) for one with a prior (a random
+        variable; first-order models without inputs). The likelihood is then differentiable
+        in it, and predictive draws solve from it.
     inputs : mapping, optional
         Values of the model's known inputs (see :class:`pymc_wendy.WeakLikelihood`).
     test_functions, ridge, linear, max_precompute_bytes, time_unit
@@ -250,15 +261,26 @@ class WeakODELikelihood(Distribution):
                 "WeakODELikelihood term (with its own t; the terms share params), as in "
                 "docs/experiments.md"
             )
-        if _is_symbolic(initial_state) or _is_symbolic(t0):
-            raise TypeError(
-                "initial_state must be numbers (a known state); an initial state with a prior "
-                "is not supported yet"
-            )
-        likelihood = _likelihood(
-            ode, t, observed, sigma, noise, test_functions, ridge, linear, max_precompute_bytes,
-            inputs, time_unit, {"initial_state": initial_state, "t0": t0},
-        )  # fmt: skip
+        if _is_symbolic(t0):
+            raise TypeError("t0 must be a number (the time of the initial state)")
+        free_initial = _is_symbolic(initial_state)
+        known = {"initial_state": initial_state, "t0": t0}
+        options = (ode, t, observed, sigma, noise, test_functions, ridge, linear)
+        options += (max_precompute_bytes, inputs, time_unit)
+        start = None
+        if free_initial:
+            known["initial_state"] = _placeholder_state(ode, initial_state, noise)
+            if bias_correction is not None:
+                raise ValueError("bias_correction does not take an initial state with a prior")
+            # the noise level and the starting fit from the data alone: a fit with the
+            # placeholder state would take it as known
+            start = _likelihood(*options)
+            if not _is_symbolic(sigma):
+                options = (*options[:3], start.sigma, *options[4:])
+        likelihood = _likelihood(*options, known)
+        if free_initial:
+            likelihood.check_free_initial()
+            u0 = initial_state
         if bias_correction is not None:
             if _is_symbolic(sigma):
                 raise ValueError(
@@ -276,10 +298,11 @@ class WeakODELikelihood(Distribution):
             u0=u0,
             solver=solver,
             observed=likelihood.U,
+            free_initial=free_initial,
             **kwargs,
         )
         # what pymc_wendy.initial_values needs to map the WENDy estimate to model variables
-        rv.tag.wendy = (likelihood, params, sigma)
+        rv.tag.wendy = (likelihood if start is None else start, params, sigma)
         return rv
 
     @classmethod
@@ -294,9 +317,12 @@ class WeakODELikelihood(Distribution):
         size=None,
         shape=None,
         return_next_rng: bool = False,
+        free_initial: bool = False,
         **kwargs,
     ):
-        """An unregistered variable for a ready :class:`WeakLikelihood` (see the class doc)."""
+        """An unregistered variable for a ready :class:`WeakLikelihood` (see the class doc;
+        ``free_initial``: ``u0`` is the initial state at ``t0`` with a prior, which replaces
+        the likelihood's known one)."""
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
         model = likelihood.base_model
@@ -325,7 +351,10 @@ class WeakODELikelihood(Distribution):
                 f"); got {u0.type}"
             )
         solver_items = tuple(sorted({**DEFAULT_SOLVER, **(solver or {})}.items()))
-        op = WeakODERV(likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items)
+        op = WeakODERV(
+            likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items,
+            free_initial=free_initial,
+        )  # fmt: skip
         kwargs.setdefault("rng", pt.random.shared_rng(seed=None))
         next_rng, rv = op(p, sig, u0, return_next_rng=True, **kwargs)
         return (next_rng, rv) if return_next_rng else rv
@@ -339,7 +368,10 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
         raise ValueError(
             f"the value has shape {value.data.shape}; the likelihood was built for {lik.U.shape}"
         )
-    return weak_loglik(lik, p, sigma if op.infer_sigma else None)
+    x0 = None
+    if op.free_initial:
+        x0 = pt.log(u0) if lik.noise == "lognormal" else u0
+    return weak_loglik(lik, p, sigma if op.infer_sigma else None, x0=x0)
 
 
 def _likelihood(
@@ -416,6 +448,20 @@ def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:
         return clik
     res = fit(lik, bias_correction=bias_correction)
     return res.likelihood
+
+
+def _placeholder_state(ode: ODEModel, initial_state, noise: str) -> np.ndarray:
+    """Numbers to build the likelihood with where the initial state has a prior (its row
+    is replaced at every evaluation); a clear error for what that does not cover."""
+    refusal = free_initial_refusal(ode)
+    if refusal is not None:
+        raise ValueError(refusal)
+    x = pt.as_tensor_variable(initial_state)
+    D = ode.n_states
+    if x.type.ndim != 1 or x.type.shape[0] not in (None, D):
+        raise ValueError(f"initial_state must have {D} entries (one per state); got {x.type}")
+    # positive for log-normal noise, whose weak form works on log u0
+    return np.ones(D) if noise == "lognormal" else np.zeros(D)
 
 
 def _static_shape(shape) -> tuple[int, ...] | None:

@@ -549,6 +549,61 @@ class WeakLikelihood:
         value, gp = self._tilted(p, ev.quadratic, gp)
         return value, gp, keep * gs
 
+    # --- an initial state with a prior ---------------------------------------------------
+    def check_free_initial(self) -> None:
+        """Raise unless the known initial state can be replaced by a variable
+        (:meth:`initial_nll_grad`): a first-order model without inputs (the general path),
+        built with some ``initial_state``, not bias-corrected."""
+        if self.initial_state is None:
+            raise ValueError(
+                "an initial state with a prior needs the likelihood built with an initial "
+                "state (any value: its row is replaced)"
+            )
+        refusal = free_initial_refusal(self.base_model)
+        if refusal is not None or self.form.kind != "general":
+            raise ValueError(refusal or "an initial state with a prior needs the general path")
+        if self._correction is not None:
+            raise ValueError("a bias-corrected likelihood has no initial state with a prior")
+
+    def at_initial_value(self, x0) -> WeakLikelihood:
+        """A copy whose known initial row is ``x0`` (the residual's variables: ``log u0`` for
+        log-normal noise). Its weak residual is affine in that row through ``dPhi`` and
+        ``Phi f``; ``S(p)`` does not depend on it (the row has no noise)."""
+        self.check_free_initial()
+        x0 = np.asarray(x0, dtype=float)
+        D = self.model.n_states
+        if x0.shape != (D,) or not np.all(np.isfinite(x0)):
+            raise ValueError(f"the initial value must be {D} finite numbers; got {x0}")
+        form = copy.copy(self.form)
+        form.X = form.X.copy()
+        form.X[0] = x0
+        form.b = form.dphi @ form.X
+        new = copy.copy(self)
+        new.form = form
+        new._linear_mode = "general"  # the precomputed linear form holds the old row
+        new._linear_cache = None
+        return new
+
+    @single_blas_thread
+    def initial_nll_grad(
+        self, p, x0, sigma2=None
+    ) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """Negative log-likelihood with the initial row ``x0`` (:meth:`at_initial_value`)
+        and its gradients in ``p``, in ``x0`` and in the noise variances (zeros when
+        ``sigma2`` is None: the likelihood's own noise level is used).
+
+        With ``a = S^-1 r``: ``dl/dx0_e = sum_d (Phi_0 . a_d) df_d/du_e(x0) + dPhi_0 . a_e``
+        (``Phi_0``, ``dPhi_0`` the first columns).
+        """
+        view = self.at_initial_value(x0)
+        p = self.check_params(p)
+        s2 = self.sigma**2 if sigma2 is None else np.asarray(sigma2, dtype=float)
+        ev = view.form.evaluation(p, s2)
+        g, gs, _ = view.form.gradient(p, ev, True, sigma2 is not None)
+        a = ev.a.reshape(self.model.n_states, -1)
+        gx0 = (a @ view.phi[:, 0]) @ ev.Ju[0] + a @ view.dphi[:, 0]
+        return ev.nll, g, gx0, np.zeros_like(s2) if gs is None else gs
+
     @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:
         """Hessian of the negative log-likelihood with respect to ``p`` (WENDy-MLE eq. 8).
@@ -618,3 +673,15 @@ class WeakLikelihood:
         """Diagnostics at an estimate ``p`` (:func:`~pymc_wendy.weak.diagnostics.diagnose`,
         one entry)."""
         return diagnose([self], self.check_params(p))
+
+
+def free_initial_refusal(model: ODEModel) -> str | None:
+    """Why ``model`` cannot have an initial state with a prior, or None if it can
+    (:meth:`WeakLikelihood.initial_nll_grad`: first-order models without inputs)."""
+    if max(model.orders) > 1 or model.inputs:
+        what = "order > 1" if max(model.orders) > 1 else "inputs"
+        return (
+            f"{model.name} has {what}: an initial state with a prior is supported for "
+            "first-order models without inputs (give a known initial_state, or none)"
+        )
+    return None

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytensor  # noqa: E402
 import pytensor.tensor as pt  # noqa: E402
 
-from pymc_wendy import get_problem  # noqa: E402
+from pymc_wendy import get_problem, solve  # noqa: E402
 from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik  # noqa: E402
 from pymc_wendy.weak.likelihood import WeakLikelihood  # noqa: E402
 
@@ -171,3 +171,23 @@ def test_blackjax_nuts_samples_logistic(logistic_model):
     samples = np.asarray(jax.jit(jax.vmap(run))(keys, x0))  # (chains, draws, J)
     rhat = az.rhat(samples)  # (chain, draw, J)
     _check_posterior(samples, p_true, np.asarray(rhat))
+
+
+@pytest.mark.parametrize("t0", [0.0, 0.5])
+def test_free_initial_state_matches_reference(t0):
+    """An initial state with a prior: the JAX graph reads (p, x0) like the numba kernel."""
+    prob = get_problem("pk_oral")
+    t = np.geomspace(0.5, 24.0, 30)
+    C = solve(prob.model, prob.p_true, [0.0], np.r_[0.0, t])[1:]
+    U = C + 0.3 * np.random.default_rng(2).normal(size=C.shape)
+    lik = WeakLikelihood(prob.model, t, U, sigma=0.3, initial_state=[0.0], t0=t0)
+    # static shapes, as PyMC's variables have: JAX needs the split of (p, x0) concrete
+    q, s = pt.tensor("q", shape=(4,), dtype="float64"), pt.dscalar("s")
+    lp = weak_loglik(lik, q[:3], sigma=s, x0=q[3:])
+    fn = pytensor.function([q, s], [lp, *pytensor.grad(lp, [q, s])], mode="JAX")
+    point, sigma = np.r_[0.95 * prob.p_true, 0.2], 0.4
+    value, gq, gs = fn(point, sigma)
+    nll, gp, gx, g2 = lik.initial_nll_grad(point[:3], point[3:], np.array([sigma**2]))
+    np.testing.assert_allclose(value, -nll, rtol=1e-10)
+    _assert_grad_close(gq, -np.r_[gp, gx])
+    _assert_grad_close(gs, -2 * sigma * g2[0])

@@ -95,13 +95,17 @@ def jax_array_function(model: ODEModel, which: str) -> Callable:
     return evaluate
 
 
-def jax_nll(lik: WeakLikelihood) -> Callable:
+def jax_nll(lik: WeakLikelihood, free_initial: bool = False) -> Callable:
     """The negative log-likelihood ``nll(p, sigma2)`` of ``lik`` as a pure JAX function.
 
     The data, test functions and ridge are constants of the returned function; ``sigma2`` are
     the per-state noise variances (D,). Non-finite values (failure points) are returned as they
-    come (NaN or inf); :func:`jax_loglik_functions` masks them.
+    come (NaN or inf); :func:`jax_loglik_functions` masks them. ``free_initial``: ``p`` ends
+    with the initial row, which replaces the known one
+    (:meth:`~pymc_wendy.WeakLikelihood.initial_nll_grad`).
     """
+    if free_initial:
+        lik.check_free_initial()
     model = lik.model
     if lik.form.kind != "general":
         raise NotImplementedError(
@@ -133,7 +137,18 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
         ref = jnp.asarray(corr.reference, dtype=jnp.float64)
         offset = float(corr.offset)
 
+    J = model.n_params
+    dphi0 = jnp.asarray(lik.dphi[:, 0], dtype=jnp.float64)
+
     def nll(p, sigma2):
+        X_, b_ = X, b
+        if free_initial:
+            p, x0 = p[:J], p[J:]
+            X_ = X.at[0].set(x0)
+            b_ = b + jnp.outer(dphi0, x0 - X[0])
+        return _nll(p, sigma2, X_, b_)
+
+    def _nll(p, sigma2, X, b):
         F = f(t, X, p)  # (M1, D)
         Ju = f_u(t, X, p)  # (M1, D, D): [m, d, e]
         r = (phi @ F + b).T.reshape(n)
@@ -151,15 +166,18 @@ def jax_nll(lik: WeakLikelihood) -> Callable:
     return nll
 
 
-def jax_loglik_functions(lik: WeakLikelihood, infer_sigma: bool) -> tuple[Callable, Callable]:
+def jax_loglik_functions(
+    lik: WeakLikelihood, infer_sigma: bool, free_initial: bool = False
+) -> tuple[Callable, Callable]:
     """``(value_and_grads, value)`` for the log-likelihood ``-nll`` of ``lik``.
 
     With ``infer_sigma`` both take ``(p, sigma2)``, else ``(p,)`` with ``lik.sigma`` fixed.
     ``value_and_grads`` returns ``(logp, dlogp/dp[, dlogp/dsigma2])``; ``value`` returns
     ``logp`` and is differentiable by ``jax.grad`` (custom VJP, one pass, see module doc).
-    At failure points ``logp = -inf`` and every gradient is zero.
+    At failure points ``logp = -inf`` and every gradient is zero. ``free_initial``: as
+    :func:`jax_nll`.
     """
-    nll = jax_nll(lik)
+    nll = jax_nll(lik, free_initial)
     neg_inf = -jnp.inf
 
     if infer_sigma:
@@ -221,8 +239,8 @@ def _jax_funcify_weak_loglik(op, node=None, **kwargs):
             "use pymc_wendy.sample_sft with the default (numba) backend"
         )
     lik = op.likelihood
-    J, D = lik.model.n_params, lik.model.n_states
-    value_and_grads, value = jax_loglik_functions(lik, op.infer_sigma)
+    J, D = op.n_inputs_p, lik.model.n_states
+    value_and_grads, value = jax_loglik_functions(lik, op.infer_sigma, op.free_initial)
 
     if op.compute_grad:
         return value_and_grads

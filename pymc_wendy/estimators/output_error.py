@@ -33,6 +33,7 @@ import numpy as np
 from scipy import optimize
 
 from pymc_wendy.estimators._bounds import strictly_inside
+from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
@@ -70,43 +71,6 @@ class OutputErrorFit:
     solve_failed: bool = False  # no forward solve succeeded at the final point
 
 
-def _sensitivity_rhs(model: ODEModel):
-    """numba ``rhs(t, y, p)`` of the state plus its sensitivities to ``(p, u0)``.
-
-    Compiled once per model (kept with the model's other generated functions).
-    """
-    return model.cached(("sensitivity", "loop"), _compile_sensitivity_rhs)
-
-
-def _compile_sensitivity_rhs(model: ODEModel):
-    import numba
-
-    f = model.numba_function("f")
-    f_u = model.numba_function("f_u")
-    f_p = model.numba_function("f_p")
-    D, J = model.n_states, model.n_params
-    P = J + D
-
-    @numba.njit(cache=False)
-    def rhs(t, y, p):
-        tt = np.full(1, t)
-        u = np.ascontiguousarray(y[:D]).reshape(1, D)
-        F = f(tt, u, p, np.zeros((1, D)))
-        A = f_u(tt, u, p, np.zeros((1, D, D)))
-        B = f_p(tt, u, p, np.zeros((1, D, J)))
-        out = np.empty(D + D * P)
-        out[:D] = F[0]
-        for d in range(D):
-            for k in range(P):
-                acc = B[0, d, k] if k < J else 0.0
-                for e in range(D):
-                    acc += A[0, d, e] * y[D + e * P + k]
-                out[D + d * P + k] = acc
-        return out
-
-    return rhs
-
-
 def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
     """``(rhs(s, y), breaks, jumps)`` of the companion state of a model with derivative terms
     or inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``; at a bolus
@@ -140,10 +104,13 @@ class _Problem:
         # |u| beyond which a solve counts as diverged and stops (None: no limit)
         self.bound = bound
         self.operator = model.has_operator_terms
+        self.compiled = None
         if self.operator:  # numpy: the inputs are callables of time
             self.inputs = inputs
+        elif solver["method"] == "LSODA":  # the same method, stepped in Fortran
+            self.compiled = compiled_solver(model)
         else:
-            self.rhs = _sensitivity_rhs(model)
+            self.rhs = compiled_solver(model).sensitivity_rhs
         self.D, self.J = len(model.companion_states), model.n_params
         self.cols = model.observed_columns
         self._cache: tuple | None = None
@@ -158,26 +125,12 @@ class _Problem:
         y0 = np.concatenate([theta[J:], np.zeros(D * P)])
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
         try:
-            if self.operator:
-                rhs, breaks, jumps = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
+            if self.compiled is not None:
+                U, S = self._compiled_solve(p, theta[J:])
             else:
-                rhs, breaks, jumps = (lambda s, y: self.rhs(s, y, p)), None, None
-            if self.bound is not None:
-                rhs = _bounded(rhs, D, self.bound)
-            Y = integrate(
-                rhs,
-                y0,
-                self.t,
-                method=self.solver["method"],
-                rtol=self.solver["rtol"],
-                atol=self.solver["atol"],
-                max_nfev=self.solver["max_nfev"],
-                name=self.model.name,
-                breaks=breaks,
-                jumps=jumps,
-            )
-            U = Y[:, :D][:, self.cols]
-            S = Y[:, D:].reshape(-1, D, P)[:, self.cols, :]
+                Y = self._integrate(p, y0)
+                U, S = Y[:, :D], Y[:, D:].reshape(-1, D, P)
+            U, S = U[:, self.cols], S[:, self.cols, :]
             if self.log:
                 if np.any(U <= 0):
                     raise SimulationError("the solution left the positive orthant")
@@ -191,6 +144,40 @@ class _Problem:
             jac = np.zeros((self.Z.size, P))
         self._cache = (theta.copy(), res, jac)
         return res, jac
+
+    def _compiled_solve(self, p: np.ndarray, u0: np.ndarray):
+        opts = self.solver
+        max_nfev = opts["max_nfev"]
+        max_steps = 10**7 if max_nfev is None else max(100, max_nfev // self.t.size)
+        try:
+            U, S = self.compiled.sensitivities(
+                p, u0, self.t, rtol=opts["rtol"], atol=opts["atol"], max_steps=max_steps
+            )
+        except SolveFailed as exc:
+            raise SimulationError(str(exc)) from None
+        if self.bound is not None and not np.max(np.abs(U)) <= self.bound:
+            raise SimulationError(f"the solution left |u| <= {self.bound:.3g}")
+        return U, S
+
+    def _integrate(self, p: np.ndarray, y0: np.ndarray) -> np.ndarray:
+        if self.operator:
+            rhs, breaks, jumps = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
+        else:
+            rhs, breaks, jumps = (lambda s, y: self.rhs(s, y, p)), None, None
+        if self.bound is not None:
+            rhs = _bounded(rhs, self.D, self.bound)
+        return integrate(
+            rhs,
+            y0,
+            self.t,
+            method=self.solver["method"],
+            rtol=self.solver["rtol"],
+            atol=self.solver["atol"],
+            max_nfev=self.solver["max_nfev"],
+            name=self.model.name,
+            breaks=breaks,
+            jumps=jumps,
+        )
 
     def residual(self, theta):
         return self._solve(theta)[0]

@@ -1,0 +1,445 @@
+"""The exact posterior at weak-form speed: a forward-solve correction of a weak posterior.
+
+:func:`forward_correction` turns draws from a model with weak likelihood terms into draws
+from its forward-solve twin (:func:`~pymc_wendy.bayes.forward.forward_model`: the same
+priors, the exact Gaussian or log-normal likelihood of the data around the ODE solution, the
+initial state a parameter). The weak posterior is a cheap, good proposal for it. Two routes:
+
+1. **importance reweighting** ("importance"): every weak draw is weighted by the ratio of
+   the forward-solve to the weak likelihood (priors cancel). A new initial-state variable
+   is proposed per draw from a Gaussian around its conditional least-squares fit (two
+   Gauss-Newton steps from the data's first row, covariance widened by
+   :data:`PROPOSAL_WIDENING`). The log-weights are Pareto-smoothed (ArviZ's PSIS); when the
+   Pareto ``k`` is at most ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws, the result is a
+   weighted resample. One forward solve per draw (three more for a new initial state).
+2. **warm-started NUTS** ("nuts"): PyMC's NUTS on the forward model, every chain started at
+   a weak draw, the mass matrix the weak posterior's covariance in the unconstrained space,
+   a short tuning phase that adapts the step size only. One sensitivity solve per gradient.
+
+``method="auto"`` tries the first and falls back to the second when ``k`` is too large.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import xarray as xr
+from pytensor.graph.replace import graph_replace
+from scipy import optimize
+
+from pymc_wendy.bayes.forward import ForwardTerm, forward_model
+from pymc_wendy.model.compiled_solve import SolveFailed
+
+__all__ = ["PROPOSAL_WIDENING", "forward_correction"]
+
+# Standard deviation factor of the initial-state proposal over its Gauss-Newton estimate:
+# a proposal must have heavier tails than the target, and the conditional is only
+# approximately Gaussian.
+PROPOSAL_WIDENING = 1.5
+_METHODS = ("auto", "importance", "nuts")
+
+
+def forward_correction(
+    idata,
+    model: pm.Model | None = None,
+    *,
+    method: str = "auto",
+    initial_state=None,
+    draws: int = 1000,
+    tune: int = 300,
+    chains: int | None = None,
+    target_accept: float = 0.9,
+    random_seed: int | None = None,
+    progressbar: bool = True,
+) -> xr.DataTree:
+    """Correct a weak posterior to the forward-solve posterior of the same model.
+
+    Parameters
+    ----------
+    idata : DataTree
+        Posterior draws of ``model`` (``pw.sample`` or ``pm.sample``).
+    model : pm.Model, optional
+        The model with :class:`~pymc_wendy.WeakODELikelihood` terms; default the one in
+        context.
+    method : {"auto", "importance", "nuts"}
+        The route (module doc). ``"importance"`` returns the reweighted draws even when the
+        Pareto ``k`` is large (with a warning); ``"nuts"`` skips the reweighting.
+    initial_state : distribution or mapping, optional
+        Prior of the initial state of terms without one
+        (:func:`~pymc_wendy.bayes.forward.forward_model`).
+    draws, tune, chains, target_accept : optional
+        NUTS route: draws and tuning steps per chain (default chains: as in ``idata``), and
+        the step-size adaptation's target.
+    random_seed : int, optional
+        Seed of the proposals, the resampling and NUTS.
+    progressbar : bool
+        Show NUTS progress.
+
+    Returns
+    -------
+    DataTree
+        ``posterior`` of the forward-solve model (every free variable, initial states
+        included) and ``observed_data``. ``attrs``: ``route`` ("importance" or "nuts"),
+        ``pareto_k``, ``khat_threshold``, ``importance_ess`` (the weights' effective sample
+        size), ``n_forward_solves``, ``time_s``. The importance route also keeps the weak
+        draws with their Pareto-smoothed ``log_weight`` in a ``proposal`` group.
+    """
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
+    start = time.perf_counter()
+    model = pm.modelcontext(model)
+    fmodel, terms = forward_model(model, initial_state=initial_state)
+    rng = np.random.default_rng(random_seed)
+    weighted = _reweight(idata, model, fmodel, terms, rng)
+    attrs = {
+        "pareto_k": weighted["k"],
+        "khat_threshold": weighted["threshold"],
+        "importance_ess": weighted["ess"],
+        "laplace_ok": weighted["laplace_ok"],
+    }
+    forward = weighted["forward"]
+    use_importance = method == "importance" or (
+        method == "auto" and weighted["k"] <= weighted["threshold"]
+    )
+    if use_importance:
+        result = _resampled(weighted, idata, rng)
+        route = "importance"
+        n_solves = forward.n_solves
+    else:
+        nchains = chains or idata.posterior.sizes["chain"]
+        result = _warm_nuts(fmodel, weighted, draws, tune, nchains, target_accept, rng, progressbar)
+        n_solves = forward.n_solves + int(result.sample_stats["n_steps"].sum())
+        route = "nuts"
+    result.attrs.update(
+        attrs, route=route, n_forward_solves=n_solves, time_s=time.perf_counter() - start
+    )
+    return result
+
+
+def _posterior_values(idata, model: pm.Model) -> dict[str, np.ndarray]:
+    """Every free variable of ``model`` from ``idata``, flattened to (S, ...)."""
+    post = idata.posterior
+    out = {}
+    for rv in model.free_RVs:
+        if rv.name not in post:
+            raise ValueError(f"idata.posterior has no variable {rv.name!r} of the model")
+        x = np.asarray(post[rv.name])
+        out[rv.name] = x.reshape(-1, *x.shape[2:])
+    return out
+
+
+def _split(model: pm.Model, x: pt.TensorVariable) -> tuple[dict, dict[str, np.ndarray]]:
+    """Value variables of ``model`` as slices of the raveled vector ``x`` (NUTS's order),
+    and each free variable's positions in ``x``."""
+    point, out, where, start = model.initial_point(), {}, {}, 0
+    for v in model.value_vars:
+        shape = np.shape(point[v.name])
+        n = int(np.prod(shape))
+        out[v] = x[start : start + n].reshape(shape)
+        where[model.values_to_rvs[v].name] = np.arange(start, start + n)
+        start += n
+    return out, where
+
+
+class _Space:
+    """A model's unconstrained space, raveled as NUTS sees it.
+
+    ``evaluate(x)`` gives the log-density of everything but the weak/forward terms (priors
+    with their Jacobians, other observed variables, potentials), the constrained values of
+    the free variables and the ``extra`` graphs; ``from_constrained`` maps posterior draws
+    into the space.
+    """
+
+    def __init__(self, model: pm.Model, skip: list[str], extra: list | None = None):
+        self.rvs = [model.values_to_rvs[v] for v in model.value_vars]
+        x = pt.dvector("x")
+        split, self.where = _split(model, x)
+        self.size = sum(w.size for w in self.where.values())
+        keep = [v for v in (*model.basic_RVs, *model.potentials) if v.name not in skip]
+        logp = model.logp(vars=keep, jacobian=True)
+        outs = [logp, *model.replace_rvs_by_values([*self.rvs, *(extra or [])])]
+        outs = graph_replace(outs, split, strict=False)
+        self._fn = pytensor.function([x], outs, on_unused_input="ignore", mode="FAST_COMPILE")
+        to_value = []
+        for rv in self.rvs:
+            tr = model.rvs_to_transforms.get(rv)
+            to_value.append(rv if tr is None else tr.forward(rv, *rv.owner.inputs))
+        holders = [rv.type() for rv in self.rvs]
+        graphs = graph_replace(to_value, dict(zip(self.rvs, holders, strict=True)), strict=False)
+        self._to = pytensor.function(holders, graphs, on_unused_input="ignore", mode="FAST_COMPILE")
+
+    def from_constrained(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        S = values[self.rvs[0].name].shape[0]
+        rows = [self._to(*(values[rv.name][s] for rv in self.rvs)) for s in range(S)]
+        return np.array([np.concatenate([np.ravel(c) for c in row]) for row in rows])
+
+    def evaluate(self, x: np.ndarray) -> list:
+        """``[log-density, constrained value of every free variable..., extras...]``."""
+        return self._fn(np.asarray(x, dtype=float))
+
+
+def _term_parameters(fmodel: pm.Model, term: ForwardTerm) -> list:
+    """``[p, sigma]`` of a forward term, as graphs of the forward model's variables."""
+    obs = fmodel[term.name]
+    sigma = obs.owner.inputs[3]
+    for node in pytensor.graph.basic.io_toposort([], [obs]):
+        if node.op is term.op:
+            return [node.inputs[0], sigma]
+    raise RuntimeError(f"{term.name}: the forward solution is not in the forward model")
+
+
+class _Forward:
+    """The forward model's log-density at a point of its unconstrained space: the priors
+    (``_Space``) plus each term's exact log-likelihood from the compiled solver."""
+
+    def __init__(self, fmodel: pm.Model, terms: list[ForwardTerm]):
+        self.terms = terms
+        extra = [g for term in terms for g in _term_parameters(fmodel, term)]
+        self.space = _Space(fmodel, [t.name for t in terms], extra)
+        names = [rv.name for rv in self.space.rvs]
+        self._u0 = [names.index(t.initial_state) if t.initial_state else None for t in terms]
+        self.n_solves = 0
+
+    def logp(self, x: np.ndarray) -> float:
+        out = self.space.evaluate(x)
+        n = len(self.space.rvs)
+        total = float(out[0])
+        for k, term in enumerate(self.terms):
+            p, sigma = out[1 + n + 2 * k], out[2 + n + 2 * k]
+            j = self._u0[k]
+            u0 = term.likelihood.initial_state.u0 if j is None else out[1 + j]
+            self.n_solves += 1
+            try:
+                U = term.op.solve_values(p, u0)
+            except SolveFailed:
+                return -np.inf
+            total += _gauss_loglik(U, term.likelihood.U, sigma, term.likelihood.noise)
+        return total
+
+    def constrained(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        out = self.space.evaluate(x)
+        return {rv.name: out[1 + i] for i, rv in enumerate(self.space.rvs)}
+
+
+def _gauss_loglik(U, Y, sigma, noise: str) -> float:
+    # exactly pm.Normal's / pm.LogNormal's log-density of the data, summed
+    if noise == "lognormal":
+        if np.any(U <= 0):
+            return -np.inf
+        z = (np.log(Y) - np.log(U)) / sigma
+        extra = -np.sum(np.log(Y))
+    else:
+        z = (Y - U) / sigma
+        extra = 0.0
+    n = Y.shape[0]
+    return float(
+        -0.5 * np.sum(z**2) - n * np.sum(np.log(sigma)) - 0.5 * z.size * np.log(2 * np.pi) + extra
+    )
+
+
+def _weak_logp(idata, model: pm.Model, terms: list[ForwardTerm], Zw: np.ndarray, weak: _Space):
+    """The weak posterior's log-density (unnormalised, unconstrained space) at its draws."""
+    ll = pm.compute_log_likelihood(
+        idata, var_names=[t.name for t in terms], model=model, progressbar=False,
+        extend_inferencedata=False,
+    )  # fmt: skip
+    S = Zw.shape[0]
+    out = np.array([float(weak.evaluate(z)[0]) for z in Zw])
+    for t in terms:
+        out += np.asarray(ll[t.name]).reshape(S, -1).sum(axis=1)
+    return out
+
+
+class _Gradient:
+    """The forward model's log-density and gradient (sensitivity solves) on raveled points."""
+
+    def __init__(self, fmodel: pm.Model, space: _Space):
+        self.names = [fmodel.rvs_to_values[rv].name for rv in space.rvs]
+        self.where = [space.where[rv.name] for rv in space.rvs]
+        point = fmodel.initial_point()
+        self.shapes = [np.shape(point[n]) for n in self.names]
+        self._logp = fmodel.compile_logp(mode="CVM")
+        self._dlogp = fmodel.compile_dlogp(vars=list(space.rvs), mode="CVM")
+
+    def point(self, x: np.ndarray) -> dict:
+        return {
+            n: x[w].reshape(s) for n, w, s in zip(self.names, self.where, self.shapes, strict=True)
+        }
+
+    def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        point = self.point(x)
+        value = float(self._logp(point))
+        if not np.isfinite(value):
+            return -np.inf, np.zeros_like(x)
+        return value, np.asarray(self._dlogp(point), dtype=float)
+
+
+def _laplace(gradient: _Gradient, start: np.ndarray, step: np.ndarray):
+    """Mode of the forward log-density (L-BFGS with the analytic gradient) and the inverse
+    of its Hessian (central differences of the gradient with steps ``step``); None for the
+    covariance when the Hessian is not negative definite."""
+
+    def neg(x):
+        v, g = gradient(x)
+        return (-v, -g) if np.isfinite(v) else (1e300, np.zeros_like(x))
+
+    res = optimize.minimize(neg, start, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
+    x = res.x
+    n = x.size
+    H = np.empty((n, n))
+    for i in range(n):
+        e = np.zeros(n)
+        e[i] = step[i]
+        H[i] = (neg(x + e)[1] - neg(x - e)[1]) / (2 * step[i])
+    H = 0.5 * (H + H.T)
+    try:
+        L = np.linalg.cholesky(H)
+    except np.linalg.LinAlgError:
+        return x, None
+    inv = np.linalg.inv(L)
+    return x, inv.T @ inv
+
+
+def _fit_laplace(gradient: _Gradient, x0: np.ndarray, step: np.ndarray):
+    """Laplace approximation in two passes, the second's differences a hundredth of the
+    first's standard deviations."""
+    mode, cov = _laplace(gradient, x0, step)
+    if cov is not None:
+        mode, cov2 = _laplace(gradient, mode, 1e-2 * np.sqrt(np.diag(cov)))
+        cov = cov if cov2 is None else cov2
+    return mode, cov
+
+
+def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng) -> dict:
+    """Weak draws moved onto the forward model's Laplace approximation, and their weights
+    (module doc)."""
+    weak = _Space(model, [t.name for t in terms])
+    Zw = weak.from_constrained(_posterior_values(idata, model))
+    log_qw = _weak_logp(idata, model, terms, Zw, weak)
+    forward = _Forward(fmodel, terms)
+    where = forward.space.where
+    shared = np.concatenate([where[rv.name] for rv in weak.rvs])
+    new = np.setdiff1d(np.arange(forward.space.size), shared)
+    x0 = forward.space.from_constrained(
+        {**{k: v[None] for k, v in fmodel.initial_point().items()}, **_first(idata, model)}
+    )[0]
+    x0[shared] = Zw.mean(axis=0)
+    step = np.empty_like(x0)
+    step[shared] = Zw.std(axis=0)
+    step[new] = 0.05 * (np.abs(x0[new]) + 0.1)
+    mode, cov = _fit_laplace(_Gradient(fmodel, forward.space), x0, 1e-2 * step)
+    laplace_ok = cov is not None
+    if not laplace_ok:
+        cov = np.diag(step**2)
+        cov[np.ix_(shared, shared)] = np.cov(Zw, rowvar=False)
+    Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
+    log_w = np.array([forward.logp(z) for z in Z]) - log_q
+    return {
+        **_smoothed(log_w, idata),
+        "Z": Z,
+        "forward": forward,
+        "mode": mode,
+        "cov": cov,
+        "laplace_ok": laplace_ok,
+    }
+
+
+def _first(idata, model) -> dict[str, np.ndarray]:
+    values = _posterior_values(idata, model)
+    return {k: v[:1] for k, v in values.items()}
+
+
+def _moved(Zw, log_qw, mode, cov, shared, new, rng):
+    """The weak draws mapped affinely onto the Laplace approximation (mean and covariance),
+    a new initial state drawn from the widened conditional Gaussian, and the proposal's
+    log-density at each (up to a constant)."""
+    S = Zw.shape[0]
+    Lw = np.linalg.cholesky(np.cov(Zw, rowvar=False) + 1e-12 * np.eye(Zw.shape[1]))
+    Css = cov[np.ix_(shared, shared)]
+    A = np.linalg.cholesky(Css) @ np.linalg.inv(Lw)
+    Z = np.empty((S, mode.size))
+    Z[:, shared] = mode[shared] + (Zw - Zw.mean(axis=0)) @ A.T
+    log_q = log_qw.copy()  # - log|det A|, a constant
+    if new.size:
+        K = np.linalg.solve(Css, cov[np.ix_(shared, new)]).T
+        cond = cov[np.ix_(new, new)] - K @ cov[np.ix_(shared, new)]
+        Lc = np.linalg.cholesky(cond * PROPOSAL_WIDENING**2)
+        eps = rng.standard_normal((S, new.size))
+        Z[:, new] = mode[new] + (Z[:, shared] - mode[shared]) @ K.T + eps @ Lc.T
+        log_q += -0.5 * np.sum(eps**2, axis=1) - np.sum(np.log(np.diag(Lc)))
+    return Z, log_q
+
+
+def _smoothed(log_w: np.ndarray, idata) -> dict:
+    """PSIS of the raw log-weights: smoothed normalised log-weights, k, its threshold, ESS."""
+    shape = (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"])
+    raw = xr.DataArray(
+        np.where(np.isfinite(log_w), log_w, -np.inf).reshape(shape), dims=("chain", "draw")
+    )
+    smooth, k = raw.azstats.psislw(dim=["chain", "draw"])
+    lw = np.asarray(smooth).reshape(-1)
+    lw = lw - np.logaddexp.reduce(lw)
+    S = lw.size
+    return {
+        "log_weight": lw,
+        "k": float(k),
+        "threshold": float(min(1.0 - 1.0 / np.log10(S), 0.7)),
+        "ess": float(1.0 / np.sum(np.exp(2 * lw))),
+    }
+
+
+def _resampled(weighted: dict, idata, rng) -> xr.DataTree:
+    """A systematic resample by the smoothed weights (one chain of S draws), the proposal
+    with its ``log_weight`` in the ``proposal`` group, and the observed data."""
+    w = np.exp(weighted["log_weight"])
+    S = w.size
+    idx = np.minimum(np.searchsorted(np.cumsum(w), (rng.random() + np.arange(S)) / S), S - 1)
+    forward, Z = weighted["forward"], weighted["Z"]
+    rows = {i: forward.constrained(Z[i]) for i in np.unique(idx)}
+    names = list(next(iter(rows.values())))
+    post = {n: np.stack([rows[i][n] for i in idx])[None] for n in names}
+    chains = idata.posterior.sizes["chain"]
+    every = [forward.constrained(z) for z in Z]
+    proposal = {
+        n: np.stack([r[n] for r in every]).reshape(chains, -1, *np.shape(every[0][n]))
+        for n in names
+    }
+    proposal["log_weight"] = weighted["log_weight"].reshape(chains, -1)
+    tree = xr.DataTree.from_dict({"posterior": _dataset(post), "proposal": _dataset(proposal)})
+    if "observed_data" in idata.children:
+        tree["observed_data"] = idata["observed_data"]
+    return tree
+
+
+def _dataset(values: Mapping[str, np.ndarray]) -> xr.Dataset:
+    data = {}
+    for name, v in values.items():
+        dims = ["chain", "draw"] + [f"{name}_dim_{i}" for i in range(v.ndim - 2)]
+        data[name] = (dims, v)
+    return xr.Dataset(data)
+
+
+def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar):
+    """NUTS on the forward model, each chain started at a proposal draw, the mass matrix the
+    Laplace covariance (step size adapted in ``tune`` steps)."""
+    forward, Z = weighted["forward"], weighted["Z"]
+    w = np.exp(weighted["log_weight"])
+    starts = rng.choice(Z.shape[0], size=chains, replace=False, p=None if w.max() > 0.5 else w)
+    initvals = [forward.constrained(Z[i]) for i in starts]
+    with fmodel:
+        step = pm.NUTS(
+            scaling=weighted["cov"], is_cov=True, target_accept=target_accept,
+            compile_kwargs={"mode": "CVM"},
+        )  # fmt: skip
+        return pm.sample(
+            draws, tune=tune, chains=chains, step=step, initvals=initvals,
+            cores=min(chains, len(os.sched_getaffinity(0))),
+            random_seed=int(rng.integers(2**31)), progressbar=progressbar,
+            compile_kwargs={"mode": "CVM"},
+        )  # fmt: skip

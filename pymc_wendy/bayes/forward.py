@@ -1,0 +1,243 @@
+"""The forward-solve twin of a model: each weak likelihood replaced by the exact one.
+
+:func:`forward_model` rebuilds a PyMC model in which every
+:class:`~pymc_wendy.WeakODELikelihood` term becomes the Gaussian (or log-normal) likelihood
+of the data around the ODE's solution, everything else unchanged: the same priors, the same
+noise level variables, the same names and dims. The solution comes from
+:class:`ForwardSolution`, a pytensor Op around the compiled solver
+(:mod:`pymc_wendy.model.compiled_solve`) whose gradient comes from forward sensitivities.
+
+The initial state, which the weak likelihood never needs, becomes a parameter: the term's own
+initial state when it has one (a known state, or the random variable given as
+``initial_state``), otherwise a new variable ``{name}_u0`` at the first data time with the
+prior the user gives, or by default ``Normal(U[0], scale)`` per state, ``scale`` half the
+state's standard deviation over the series (log-normal noise: ``LogNormal(log U[0], 0.5)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from pymc.distributions.transforms import _default_transform
+from pymc.model.fgraph import (
+    ModelObservedRV,
+    fgraph_from_model,
+    model_free_rv,
+    model_from_fgraph,
+    model_observed_rv,
+)
+from pytensor.gradient import DisconnectedType
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+
+from pymc_wendy.bayes.distribution import WeakODERV
+from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver
+from pymc_wendy.weak.likelihood import WeakLikelihood
+
+__all__ = ["ForwardSolution", "ForwardTerm", "forward_model"]
+
+# Solver tolerances of the forward likelihood: far below any noise level a posterior sees,
+# loose enough for a solve per gradient.
+SOLVER_OPTIONS: dict = {"rtol": 1e-8, "atol": 1e-10, "max_steps": 5000}
+
+
+class ForwardSolution(Op):
+    """``(p, u0) -> (U, S)``: the solution at the data times and its sensitivities.
+
+    ``U[m, d] = u_d(t_m)`` for the observed times ``t`` of a likelihood (solved from ``t0``
+    when that is earlier), ``S[m, d, k] = dU[m, d]/d(p, u0)_k``. A failed solve gives NaN
+    (a rejected point for a sampler, a zero weight for importance sampling). The gradient of
+    ``U`` is ``S`` contracted with the output gradient; ``S`` has none.
+    """
+
+    def __init__(self, likelihood: WeakLikelihood, t0: float | None = None):
+        self.likelihood = likelihood
+        self.solver = compiled_solver(likelihood.base_model)
+        t = likelihood.t
+        self.skip = int(t0 is not None and t0 < t[0])
+        self.times = np.concatenate([[t0], t]) if self.skip else np.asarray(t, float)
+
+    def make_node(self, p, u0):
+        p = pt.as_tensor_variable(p).astype("float64")
+        u0 = pt.as_tensor_variable(u0).astype("float64")
+        return Apply(self, [p, u0], [pt.dmatrix(), pt.dtensor3()])
+
+    def solve(self, p: np.ndarray, u0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(U, S)`` as the Op computes them (NaN ``U`` when the solve fails)."""
+        model = self.likelihood.base_model
+        try:
+            U, S = self.solver.sensitivities(p, u0, self.times, **SOLVER_OPTIONS)
+        except SolveFailed:
+            n, P = self.times.size - self.skip, model.n_params + model.n_states
+            return np.full((n, model.n_states), np.nan), np.zeros((n, model.n_states, P))
+        return U[self.skip :], S[self.skip :]
+
+    def solve_values(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
+        """``U`` alone (no sensitivities); raises
+        :class:`~pymc_wendy.model.compiled_solve.SolveFailed`."""
+        return self.solver.solve(p, u0, self.times, **SOLVER_OPTIONS)[self.skip :]
+
+    def perform(self, node, inputs, outputs):
+        U, S = self.solve(*inputs)
+        outputs[0][0], outputs[1][0] = U, S
+
+    def infer_shape(self, node, input_shapes):
+        n, D = self.times.size - self.skip, self.likelihood.base_model.n_states
+        P = self.likelihood.base_model.n_params + D
+        return [(n, D), (n, D, P)]
+
+    def connection_pattern(self, node):
+        return [[True, False], [True, False]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        _, S = outputs
+        g_U, g_S = output_grads
+        if not isinstance(g_S.type, DisconnectedType):
+            raise NotImplementedError("the sensitivities have no gradient")
+        g = pt.tensordot(g_U, S, axes=[[0, 1], [0, 1]])
+        J = self.likelihood.base_model.n_params
+        return [g[:J], g[J:]]
+
+
+@dataclass(frozen=True)
+class ForwardTerm:
+    """One weak term and its forward-solve replacement in :func:`forward_model`.
+
+    Attributes
+    ----------
+    name : str
+        The observed variable's name (the same in both models).
+    likelihood : WeakLikelihood
+        The weak likelihood it replaced (data, noise model, initial state).
+    op : ForwardSolution
+        The solution Op of the forward term.
+    initial_state : str or None
+        Name of the free variable holding the initial state (a new one or the term's own
+        ``initial_state`` variable); None when the initial state is known.
+    new_initial_state : bool
+        True when :func:`forward_model` added that variable (it is not in the weak model).
+    """
+
+    name: str
+    likelihood: WeakLikelihood
+    op: ForwardSolution
+    initial_state: str | None
+    new_initial_state: bool
+
+
+def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVariable:
+    """The default prior of an unknown initial state (module doc), as an unnamed variable."""
+    U = likelihood.U
+    if likelihood.noise == "lognormal":
+        return pm.LogNormal.dist(mu=np.log(U[0]), sigma=0.5, shape=size)
+    scale = 0.5 * np.std(U, axis=0)
+    scale = np.where(scale > 0, scale, np.maximum(np.abs(U[0]), 1.0))
+    return pm.Normal.dist(mu=U[0], sigma=scale, shape=size)
+
+
+def forward_model(
+    model: pm.Model | None = None,
+    *,
+    initial_state: Mapping | pt.TensorVariable | None = None,
+) -> tuple[pm.Model, list[ForwardTerm]]:
+    """The forward-solve twin of a model with weak likelihood terms (module doc).
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        The model; default the one in context.
+    initial_state : distribution or mapping, optional
+        Prior of the initial state of terms without one: an unnamed distribution such as
+        ``pm.Normal.dist(mu=[1, 1], sigma=0.5)`` for every such term, or a mapping from term
+        names to distributions. Default: :func:`default_initial_prior`.
+
+    Returns
+    -------
+    (pm.Model, list of ForwardTerm)
+        The new model and what was replaced in it.
+
+    Raises
+    ------
+    ValueError
+        No weak term, or a term the compiled solver does not take (inputs, order > 1).
+    """
+    model = pm.modelcontext(model)
+    fgraph, _ = fgraph_from_model(model)
+    terms = []
+    for out in list(fgraph.outputs):
+        node = out.owner
+        if not (isinstance(node.op, ModelObservedRV) and _is_weak(node.inputs[0])):
+            continue
+        term, new_out, u0_out = _replace_term(node, initial_state)
+        fgraph.replace(out, new_out, import_missing=True)
+        if u0_out is not None:
+            fgraph.add_output(u0_out, import_missing=True)
+        terms.append(term)
+    if not terms:
+        raise ValueError("the model has no WeakODELikelihood term to replace")
+    return model_from_fgraph(fgraph, mutate_fgraph=True), terms
+
+
+def _is_weak(rv) -> bool:
+    return rv.owner is not None and isinstance(rv.owner.op, WeakODERV)
+
+
+def _replace_term(node, initial_state):
+    """``(ForwardTerm, new observed output, new initial-state output or None)``."""
+    rv, value = node.inputs
+    name, dims = node.op.name, node.op.dims
+    weak_op = rv.owner.op
+    lik = weak_op.likelihood
+    _check_solvable(name, lik)
+    _, _, p, sigma, u0 = rv.owner.inputs
+    known = lik.initial_state
+    u0_name, new_u0, u0_out = None, False, None
+    if weak_op.free_initial:
+        u0_name = u0.name
+    elif known is not None:
+        u0 = pt.constant(known.u0, dtype="float64")
+    else:
+        u0_name, new_u0 = f"{name}_u0", True
+        u0, u0_out = _initial_state_variable(u0_name, lik, initial_state, name)
+    t0 = None if known is None else known.t0
+    op = ForwardSolution(lik, t0)
+    U, _ = op(p, u0)
+    if lik.noise == "lognormal":
+        obs = pm.LogNormal.dist(mu=pt.log(U), sigma=sigma)
+    else:
+        obs = pm.Normal.dist(mu=U, sigma=sigma)
+    new_out = model_observed_rv(obs, value, name, *dims)
+    return ForwardTerm(name, lik, op, u0_name, new_u0), new_out, u0_out
+
+
+def _check_solvable(name: str, lik: WeakLikelihood) -> None:
+    from pymc_wendy.model.compiled_solve import supports
+
+    if not supports(lik.base_model):
+        raise ValueError(
+            f"{name}: the forward-solve likelihood takes first-order models without inputs; "
+            f"{lik.base_model.name} has derivative terms or inputs"
+        )
+
+
+def _initial_state_variable(u0_name: str, lik, initial_state, term: str):
+    """The new initial-state variable: ``(the model variable's output, its fgraph output)``."""
+    D = lik.base_model.n_states
+    prior = initial_state.get(term) if isinstance(initial_state, Mapping) else initial_state
+    if prior is None:
+        prior = default_initial_prior(lik, D)
+    if not (isinstance(prior, pt.TensorVariable) and prior.owner is not None):
+        raise TypeError(
+            f"the initial-state prior of {term} must be an unnamed distribution such as "
+            f"pm.Normal.dist(mu=..., sigma=..., shape={D}); got {prior!r}"
+        )
+    if prior.type.ndim != 1 or prior.type.shape[0] not in (None, D):
+        raise ValueError(f"the initial-state prior of {term} must have shape ({D},)")
+    transform = _default_transform(prior.owner.op, prior)
+    value = prior.type(name=u0_name if transform is None else f"{u0_name}_{transform.name}__")
+    out = model_free_rv(prior, value, transform, u0_name)
+    return out, out

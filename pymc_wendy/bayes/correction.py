@@ -199,6 +199,7 @@ class _Forward:
     (``_Space``) plus each term's exact log-likelihood from the compiled solver."""
 
     def __init__(self, fmodel: pm.Model, terms: list[ForwardTerm]):
+        self.model = fmodel
         self.terms = terms
         extra = [g for term in terms for g in _term_parameters(fmodel, term)]
         self.space = _Space(fmodel, [t.name for t in terms], extra)
@@ -379,10 +380,9 @@ def _moved(Zw, log_qw, mode, cov, shared, new, rng):
 def _smoothed(log_w: np.ndarray, idata) -> dict:
     """PSIS of the raw log-weights: smoothed normalised log-weights, k, its threshold, ESS."""
     shape = (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"])
-    raw = xr.DataArray(
-        np.where(np.isfinite(log_w), log_w, -np.inf).reshape(shape), dims=("chain", "draw")
-    )
-    smooth, k = raw.azstats.psislw(dim=["chain", "draw"])
+    # psislw takes what PSIS-LOO gives it, a log-likelihood, and weights by its negative
+    neg = np.where(np.isfinite(log_w), -log_w, np.inf).reshape(shape)
+    smooth, k = xr.DataArray(neg, dims=("chain", "draw")).azstats.psislw(dim=["chain", "draw"])
     lw = np.asarray(smooth).reshape(-1)
     lw = lw - np.logaddexp.reduce(lw)
     S = lw.size
@@ -411,18 +411,27 @@ def _resampled(weighted: dict, idata, rng) -> xr.DataTree:
         for n in names
     }
     proposal["log_weight"] = weighted["log_weight"].reshape(chains, -1)
-    tree = xr.DataTree.from_dict({"posterior": _dataset(post), "proposal": _dataset(proposal)})
+    model = forward.model
+    tree = xr.DataTree.from_dict(
+        {"posterior": _dataset(post, model), "proposal": _dataset(proposal, model)}
+    )
     if "observed_data" in idata.children:
         tree["observed_data"] = idata["observed_data"]
     return tree
 
 
-def _dataset(values: Mapping[str, np.ndarray]) -> xr.Dataset:
-    data = {}
+def _dataset(values: Mapping[str, np.ndarray], model: pm.Model) -> xr.Dataset:
+    """Draws (chain, draw, ...) as a Dataset with the model's dims and coords."""
+    data, coords = {}, {}
     for name, v in values.items():
-        dims = ["chain", "draw"] + [f"{name}_dim_{i}" for i in range(v.ndim - 2)]
-        data[name] = (dims, v)
-    return xr.Dataset(data)
+        dims = model.named_vars_to_dims.get(name) or tuple(
+            f"{name}_dim_{i}" for i in range(v.ndim - 2)
+        )
+        data[name] = (("chain", "draw", *dims), v)
+        for d in dims:
+            if model.coords.get(d) is not None:
+                coords[d] = list(model.coords[d])
+    return xr.Dataset(data, coords=coords)
 
 
 def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar):

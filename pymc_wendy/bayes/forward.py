@@ -202,7 +202,9 @@ def _replace_term(node, initial_state):
         u0 = pt.constant(known.u0, dtype="float64")
     else:
         u0_name, new_u0 = f"{name}_u0", True
-        u0, u0_out = _initial_state_variable(u0_name, lik, initial_state, name)
+        # the state dim of the term's (time, state) dims, if it has them
+        u0_dims = dims[1:] if len(dims) == 2 else ()
+        u0, u0_out = _initial_state_variable(u0_name, lik, initial_state, name, u0_dims)
     t0 = None if known is None else known.t0
     op = ForwardSolution(lik, t0)
     U, _ = op(p, u0)
@@ -224,7 +226,7 @@ def _check_solvable(name: str, lik: WeakLikelihood) -> None:
         )
 
 
-def _initial_state_variable(u0_name: str, lik, initial_state, term: str):
+def _initial_state_variable(u0_name: str, lik, initial_state, term: str, dims: tuple):
     """The new initial-state variable: ``(the model variable's output, its fgraph output)``."""
     D = lik.base_model.n_states
     prior = initial_state.get(term) if isinstance(initial_state, Mapping) else initial_state
@@ -239,5 +241,5 @@ def _initial_state_variable(u0_name: str, lik, initial_state, term: str):
         raise ValueError(f"the initial-state prior of {term} must have shape ({D},)")
     transform = _default_transform(prior.owner.op, prior)
     value = prior.type(name=u0_name if transform is None else f"{u0_name}_{transform.name}__")
-    out = model_free_rv(prior, value, transform, u0_name)
+    out = model_free_rv(prior, value, transform, u0_name, *dims)
     return out, out

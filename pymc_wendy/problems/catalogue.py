@@ -50,7 +50,8 @@ class Problem:
     bounds : tuple of (float, float), or None
         Per-parameter search box of the paper, or None if it gives none.
     stiff : bool
-        Solve with the stiff method (Radau with the analytic Jacobian).
+        When scipy's solvers are asked for, use the stiff one (Radau with the analytic
+        Jacobian); the default compiled LSODA switches to BDF by itself.
     reference : str
         Where the problem comes from.
     notes : str
@@ -134,6 +135,7 @@ class Problem:
         seed: int | None = None,
         p=None,
         u0=None,
+        method: str | None = None,
     ) -> SimulatedData:
         """Simulate a data set of this problem.
 
@@ -151,6 +153,8 @@ class Problem:
             Seed of the noise generator.
         p, u0 : array_like, optional
             Override the true parameters / initial condition.
+        method : str, optional
+            The solver (:func:`~pymc_wendy.solve`); default its own choice.
 
         Returns
         -------
@@ -171,7 +175,9 @@ class Problem:
         """
         noise = self.noise if noise is None else check_noise_name(noise)
         if self.observed is not None:
-            return self._simulate_observed(noise, noise_ratio, seed, n_points, subsample, p, u0)
+            return self._simulate_observed(
+                noise, noise_ratio, seed, n_points, subsample, p, u0, method
+            )
         return simulate(
             self.model,
             self.p_true if p is None else p,
@@ -183,16 +189,17 @@ class Problem:
             noise_ratio=noise_ratio,
             seed=seed,
             stiff=self.stiff,
+            method=method,
             drop_nonpositive=noise == "lognormal",
             problem=self.name,
             inputs=self.inputs,
             noise_scale=self.noise_scale,
         )
 
-    def _simulate_observed(self, noise, noise_ratio, seed, n_points, subsample, p, u0):
+    def _simulate_observed(self, noise, noise_ratio, seed, n_points, subsample, p, u0, method):
         exact = dataclasses.replace(self, observed=None).simulate(
             n_points=n_points, subsample=subsample, noise_ratio=0.0, noise=noise, seed=seed,
-            p=p, u0=u0,
+            p=p, u0=u0, method=method,
         )  # fmt: skip
         cols = [self.model.states.index(s) for s in self.observed]
         U_obs, sigma_obs = add_noise(

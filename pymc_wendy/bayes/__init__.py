@@ -1,8 +1,11 @@
 """Bayesian inference with the weak likelihood: the PyMC distribution, sampling defaults and
-whitening, Laplace approximations, tempered replica-exchange chains, model comparison."""
+whitening, Laplace approximations, tempered replica-exchange chains, model comparison, and the
+forward-solve correction of a weak posterior."""
 
 from pymc_wendy.bayes.comparison import experiment_log_likelihood
+from pymc_wendy.bayes.correction import forward_correction
 from pymc_wendy.bayes.distribution import WeakODELikelihood
+from pymc_wendy.bayes.forward import forward_model
 from pymc_wendy.bayes.sampling import initial_values, laplace, sample
 from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 
@@ -10,6 +13,8 @@ __all__ = [
     "SFTWarning",
     "WeakODELikelihood",
     "experiment_log_likelihood",
+    "forward_correction",
+    "forward_model",
     "initial_values",
     "laplace",
     "sample",

@@ -177,6 +177,8 @@ def sample(
     initvals: dict | None = None,
     whiten: bool | str = "auto",
     blas_threads: int | None = 1,
+    correction: str | None = None,
+    correction_kwargs: dict | None = None,
     **kwargs,
 ):
     """Draw posterior samples with NUTS, like :func:`pymc.sample` (see the module doc).
@@ -200,6 +202,12 @@ def sample(
         and the Hessian there is positive definite; ``True`` raises where it is not.
     blas_threads : int or None
         BLAS threads while sampling (None leaves the library default).
+    correction : {None, "forward"}
+        ``"forward"``: correct the weak posterior to the forward-solve posterior of the same
+        model (:func:`~pymc_wendy.forward_correction`, with ``correction_kwargs``) and
+        return that, with the weak draws in a ``weak_posterior`` group.
+    correction_kwargs : dict, optional
+        Options of :func:`~pymc_wendy.forward_correction`.
     **kwargs
         Everything else goes to :func:`pymc.sample` (``tune``, ``chains``, ``cores``,
         ``nuts_sampler``, ``random_seed``, ``target_accept``, ...). ``cores`` defaults to the
@@ -222,6 +230,8 @@ def sample(
     """
     if whiten not in (True, False, "auto"):
         raise ValueError(f"whiten must be True, False or 'auto'; got {whiten!r}")
+    if correction not in (None, "forward"):
+        raise ValueError(f"correction must be None or 'forward'; got {correction!r}")
     _check_sample_counts(draws, kwargs)
     model = pm.modelcontext(model)
     kwargs.setdefault("cores", min(4, _usable_cpus()))
@@ -255,7 +265,23 @@ def sample(
     if target is not model and isinstance(idata, xr.DataTree):  # not return_inferencedata=False
         idata = to_model_trace(idata, model, log_likelihood=log_likelihood)
         idata.posterior.attrs["whitened"] = 1
-    return idata
+    if correction is None:
+        return idata
+    return _corrected(idata, model, kwargs, correction_kwargs)
+
+
+def _corrected(idata, model: pm.Model, kwargs: dict, options: dict | None):
+    """The forward correction of ``idata``, the weak draws kept as ``weak_posterior``."""
+    from pymc_wendy.bayes.correction import forward_correction
+
+    options = dict(options or {})
+    seed = kwargs.get("random_seed")
+    if isinstance(seed, numbers.Integral):
+        options.setdefault("random_seed", int(seed) + 1)
+    options.setdefault("progressbar", kwargs.get("progressbar", True))
+    result = forward_correction(idata, model, **options)
+    result["weak_posterior"] = idata.posterior
+    return result
 
 
 def check_count(value, name: str, minimum: int, *, allow_none: bool = False) -> int | None:

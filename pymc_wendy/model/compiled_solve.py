@@ -147,8 +147,9 @@ class CompiledSolver:
         max_steps: int = 5000,
     ) -> np.ndarray:
         """``U[m] = u(t[m])``, shape (n, D); raises :class:`SolveFailed`."""
-        p = np.ascontiguousarray(p, dtype=float)
-        u0 = np.ascontiguousarray(u0, dtype=float)
+        # writable copies: numba compiles a second version for read-only arrays
+        p = np.array(p, dtype=float)
+        u0 = np.array(u0, dtype=float)
         return self._odeint(self.rhs, u0, t, p, self.jac, rtol, atol, max_steps)
 
     def solve_many(
@@ -199,6 +200,6 @@ class CompiledSolver:
         y0 = np.zeros(D + D * P)
         y0[:D] = u0
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
-        p = np.ascontiguousarray(p, dtype=float)
+        p = np.array(p, dtype=float)
         Y = self._odeint(self.sensitivity_rhs, y0, t, p, None, rtol, atol, max_steps)
         return Y[:, :D], Y[:, D:].reshape(-1, D, P)

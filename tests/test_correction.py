@@ -69,3 +69,38 @@ def test_correction_refuses_an_unknown_method(drift):
     model, idata, _, _ = drift
     with pytest.raises(ValueError, match="method must be one of"):
         forward_correction(idata, model, method="laplace")
+
+
+def test_sample_with_forward_correction_keeps_the_weak_draws(drift):
+    model, _, mean, cov = drift
+    with model:
+        result = pw.sample(
+            300, chains=2, progressbar=False, random_seed=4, correction="forward",
+            correction_kwargs={"initial_state": pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1)},
+        )  # fmt: skip
+    assert "weak_posterior" in result.children and "U_u0" in result.posterior
+    assert result.attrs["route"] in ("importance", "nuts")
+    m, _ = _moments(result)
+    assert np.all(np.abs(m - mean) < 0.5 * np.sqrt(np.diag(cov)))
+
+
+def test_hostile_correction_options(drift):
+    model, idata, _, _ = drift
+    with model, pytest.raises(ValueError, match="correction must be None or 'forward'"):
+        pw.sample(10, correction="exact")
+    with pytest.raises(TypeError, match="must be an unnamed distribution"):
+        forward_correction(idata, model, initial_state=[0.0])
+    with pytest.raises(ValueError, match="must have shape"):
+        forward_correction(idata, model, initial_state=pm.Normal.dist(0.0, 1.0, shape=2))
+
+
+def test_forward_model_refuses_models_with_inputs():
+    prob = pw.get_problem("pk_iv_doses")
+    data = prob.simulate(noise_ratio=0.05, seed=0)
+    with pm.Model() as model:
+        p = pm.LogNormal("p", 0.0, 1.0, shape=prob.model.n_params)
+        pw.WeakODELikelihood(
+            "C", ode=prob.model, params=p, t=data.t, observed=data.U, inputs=data.inputs
+        )
+    with pytest.raises(ValueError, match="first-order models without inputs"):
+        pw.forward_model(model)

@@ -27,11 +27,39 @@ def test_readme_examples_recover_lotka_volterra(capsys):
     assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
 
 
+def test_readme_forward_correction_example(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    for block in (blocks[0], blocks[2], blocks[3]):
+        exec(block, namespace)  # noqa: S102
+    exact = namespace["exact"]
+    assert exact.attrs["route"] in ("importance", "nuts")
+    assert exact.attrs["route"] in capsys.readouterr().out
+    post = exact.posterior["p"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+
+
+def test_forward_page_example():
+    """docs/forward.md's block runs as written; the correction takes the importance route
+    there (the page says so) and moves p3 towards the forward posterior."""
+    text = (ROOT / "docs" / "forward.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    namespace: dict = {}
+    exec(blocks[0], namespace)  # noqa: S102
+    exact, weak = namespace["exact"], namespace["weak"]
+    assert exact.attrs["route"] == "importance"
+    assert exact.attrs["pareto_k"] <= exact.attrs["khat_threshold"]
+    sd_ratio = weak.posterior["p"].std(("chain", "draw")) / exact.posterior["p"].std(
+        ("chain", "draw")
+    )
+    assert float(sd_ratio.max()) > 1.1  # the weak posterior is wider
+
+
 def test_readme_several_experiments_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}
     exec(blocks[0], namespace)  # noqa: S102
-    exec(blocks[4], namespace)  # noqa: S102
+    exec(blocks[5], namespace)  # noqa: S102
     joint, single = namespace["joint"], namespace["res"]
     assert joint.success and joint.n_experiments == 2
     assert np.all(joint.stderr < single.stderr)
@@ -41,7 +69,7 @@ def test_readme_several_experiments_example():
 def test_readme_higher_order_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}
-    exec(blocks[5], namespace)  # noqa: S102
+    exec(blocks[6], namespace)  # noqa: S102
     truth = [0.05, 0.15, 0.39]
     for name in ("res", "nls", "d2l"):
         fit = namespace[name]
@@ -53,7 +81,7 @@ def test_readme_higher_order_example():
 def test_readme_tempering_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}
-    for block in (blocks[0], blocks[2], blocks[3]):
+    for block in (blocks[0], blocks[2], blocks[4]):
         exec(block, namespace)  # noqa: S102
     idata = namespace["idata"]
     assert idata.sample_stats.attrs["sampler"] == "pymc_wendy.sample_sft"

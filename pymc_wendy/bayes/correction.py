@@ -31,6 +31,7 @@ import pytensor
 import pytensor.tensor as pt
 import xarray as xr
 from pytensor.graph.replace import graph_replace
+from pytensor.graph.traversal import apply_ancestors
 from scipy import optimize
 
 from pymc_wendy.bayes.forward import ForwardTerm, forward_model
@@ -188,7 +189,7 @@ def _term_parameters(fmodel: pm.Model, term: ForwardTerm) -> list:
     """``[p, sigma]`` of a forward term, as graphs of the forward model's variables."""
     obs = fmodel[term.name]
     sigma = obs.owner.inputs[3]
-    for node in pytensor.graph.basic.io_toposort([], [obs]):
+    for node in apply_ancestors([obs]):
         if node.op is term.op:
             return [node.inputs[0], sigma]
     raise RuntimeError(f"{term.name}: the forward solution is not in the forward model")

@@ -266,8 +266,12 @@ class _Gradient:
         self.where = [space.where[rv.name] for rv in space.rvs]
         point = fmodel.initial_point()
         self.shapes = [np.shape(point[n]) for n in self.names]
-        self._logp = fmodel.compile_logp(mode="CVM")
-        self._dlogp = fmodel.compile_dlogp(vars=list(space.rvs), mode="CVM")
+        logp = fmodel.logp()
+        values = [fmodel.rvs_to_values[rv] for rv in space.rvs]
+        grad = pt.concatenate([g.ravel() for g in pytensor.grad(logp, values)])
+        # one function, so that the value and the gradient share one sensitivity solve
+        self._fn = fmodel.compile_fn([logp, grad], mode="CVM")
+        self.n_calls = 0
 
     def point(self, x: np.ndarray) -> dict:
         return {
@@ -275,11 +279,11 @@ class _Gradient:
         }
 
     def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
-        point = self.point(x)
-        value = float(self._logp(point))
+        self.n_calls += 1
+        value, grad = self._fn(self.point(x))
         if not np.isfinite(value):
             return -np.inf, np.zeros_like(x)
-        return value, np.asarray(self._dlogp(point), dtype=float)
+        return float(value), np.asarray(grad, dtype=float)
 
 
 def _laplace(gradient: _Gradient, start: np.ndarray, step: np.ndarray):
@@ -335,7 +339,9 @@ def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng) -> dict:
     step = np.empty_like(x0)
     step[shared] = Zw.std(axis=0)
     step[new] = 0.05 * (np.abs(x0[new]) + 0.1)
-    mode, cov = _fit_laplace(_Gradient(fmodel, forward.space), x0, 1e-2 * step)
+    gradient = _Gradient(fmodel, forward.space)
+    mode, cov = _fit_laplace(gradient, x0, 1e-2 * step)
+    forward.n_solves += gradient.n_calls
     laplace_ok = cov is not None
     if not laplace_ok:
         cov = np.diag(step**2)

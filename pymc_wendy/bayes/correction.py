@@ -34,6 +34,7 @@ from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import apply_ancestors
 from scipy import optimize
 
+from pymc_wendy._progress import ProgressBar
 from pymc_wendy.bayes.forward import ForwardTerm, forward_model
 from pymc_wendy.model.compiled_solve import SolveFailed
 
@@ -80,7 +81,7 @@ def forward_correction(
     random_seed : int, optional
         Seed of the proposals, the resampling and NUTS.
     progressbar : bool
-        Show NUTS progress.
+        Show the progress of the forward solves and of NUTS.
 
     Returns
     -------
@@ -97,7 +98,7 @@ def forward_correction(
     model = pm.modelcontext(model)
     fmodel, terms = forward_model(model, initial_state=initial_state)
     rng = np.random.default_rng(random_seed)
-    weighted = _reweight(idata, model, fmodel, terms, rng)
+    weighted = _reweight(idata, model, fmodel, terms, rng, progressbar)
     attrs = {
         "pareto_k": weighted["k"],
         "khat_threshold": weighted["threshold"],
@@ -322,7 +323,7 @@ def _fit_laplace(gradient: _Gradient, x0: np.ndarray, step: np.ndarray):
     return mode, cov
 
 
-def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng) -> dict:
+def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng, progressbar: bool) -> dict:
     """Weak draws moved onto the forward model's Laplace approximation, and their weights
     (module doc)."""
     weak = _Space(model, [t.name for t in terms])
@@ -347,7 +348,7 @@ def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng) -> dict:
         cov = np.diag(step**2)
         cov[np.ix_(shared, shared)] = np.cov(Zw, rowvar=False)
     Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
-    log_w = np.array([forward.logp(z) for z in Z]) - log_q
+    log_w = _forward_logp(forward, Z, progressbar) - log_q
     return {
         **_smoothed(log_w, idata),
         "Z": Z,
@@ -356,6 +357,19 @@ def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng) -> dict:
         "cov": cov,
         "laplace_ok": laplace_ok,
     }
+
+
+def _forward_logp(forward: _Forward, Z: np.ndarray, progressbar: bool) -> np.ndarray:
+    """The forward log-density at every proposal draw (one solve each), with progress."""
+    bar = ProgressBar(progressbar, "forward solves", Z.shape[0], "")
+    out = np.empty(Z.shape[0])
+    try:
+        for i, z in enumerate(Z):
+            out[i] = forward.logp(z)
+            bar.update(advance=1)
+    finally:
+        bar.close()
+    return out
 
 
 def _first(idata, model) -> dict[str, np.ndarray]:

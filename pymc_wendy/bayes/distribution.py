@@ -51,6 +51,11 @@ from pymc_wendy.weak.likelihood import (
 
 __all__ = ["WeakODELikelihood", "estimate_initial_state"]
 
+#: Solver options of predictive draws: output error's, at rtol 1e-6. The trajectories are
+#: compared with noisy data; their error (about 1e-5 of the trajectory on FitzHugh-Nagumo)
+#: is far below any noise level, and 200 draws take 40 % less time than at 1e-7.
+PREDICTIVE_SOLVER: dict = {**DEFAULT_SOLVER, "rtol": 1e-6, "atol": 1e-8}
+
 
 class WeakODERV(RandomVariable):
     """Random variable behind :class:`WeakODELikelihood`: data simulated from the ODE.
@@ -205,7 +210,7 @@ class WeakODELikelihood(Distribution):
         Passed to :class:`pymc_wendy.WeakLikelihood`.
     solver : dict, optional
         Options for the ODE solves of predictive draws (:func:`pymc_wendy.solve`); defaults
-        :data:`DEFAULT_SOLVER`.
+        :data:`PREDICTIVE_SOLVER`.
     bias_correction : None, {"auto", "analytic", "profile"}, or FitResult
         Replace the weak likelihood by the bias-corrected objective of :mod:`pymc_wendy.weak.bias`
         (``docs/bias.md``), so that NUTS, ``find_MAP``, SMC and :func:`sample_sft` see it. A
@@ -350,7 +355,7 @@ class WeakODELikelihood(Distribution):
                 f"{' and derivative: ' + str(list(model.companion_states)) if n0 > D else ''}"
                 f"); got {u0.type}"
             )
-        solver_items = tuple(sorted({**DEFAULT_SOLVER, **(solver or {})}.items()))
+        solver_items = tuple(sorted({**PREDICTIVE_SOLVER, **(solver or {})}.items()))
         op = WeakODERV(
             likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items,
             free_initial=free_initial,

@@ -92,6 +92,11 @@ def test_hostile_correction_options(drift):
         forward_correction(idata, model, initial_state=[0.0])
     with pytest.raises(ValueError, match="must have shape"):
         forward_correction(idata, model, initial_state=pm.Normal.dist(0.0, 1.0, shape=2))
+    # draws of another model: named, early
+    other = idata.copy()
+    other["posterior"] = other.posterior.to_dataset().rename({"a": "b"})
+    with pytest.raises(ValueError, match="has no variable 'a' of the model"):
+        forward_correction(other, model)
 
 
 def test_forward_model_refuses_models_with_inputs():

@@ -92,6 +92,8 @@ def test_hostile_correction_options(drift):
         forward_correction(idata, model, initial_state=[0.0])
     with pytest.raises(ValueError, match="must have shape"):
         forward_correction(idata, model, initial_state=pm.Normal.dist(0.0, 1.0, shape=2))
+    with pytest.raises(TypeError, match="a DataTree with a posterior group"):
+        forward_correction(idata.posterior, model)
     # draws of another model: named, early
     other = idata.copy()
     other["posterior"] = other.posterior.to_dataset().rename({"a": "b"})

@@ -3,26 +3,28 @@
 :func:`forward_correction` turns draws from a model with weak likelihood terms into draws
 from its forward-solve twin (:func:`~pymc_wendy.bayes.forward.forward_model`: the same
 priors, the exact Gaussian or log-normal likelihood of the data around the ODE solution, the
-initial state a parameter). The weak posterior is a cheap, good proposal for it. Two routes:
+initial state a parameter). The weak posterior is a cheap proposal for it
+(``docs/forward.md``):
 
-1. **importance reweighting** ("importance"): every weak draw is weighted by the ratio of
-   the forward-solve to the weak likelihood (priors cancel). A new initial-state variable
-   is proposed per draw from a Gaussian around its conditional least-squares fit (two
-   Gauss-Newton steps from the data's first row, covariance widened by
-   :data:`PROPOSAL_WIDENING`). The log-weights are Pareto-smoothed (ArviZ's PSIS); when the
-   Pareto ``k`` is at most ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws, the result is a
-   weighted resample. One forward solve per draw (three more for a new initial state).
-2. **warm-started NUTS** ("nuts"): PyMC's NUTS on the forward model, every chain started at
-   a weak draw, the mass matrix the weak posterior's covariance in the unconstrained space,
-   a short tuning phase that adapts the step size only. One sensitivity solve per gradient.
-
-``method="auto"`` tries the first and falls back to the second when ``k`` is too large.
+1. **Laplace fit** of the forward model, started at the weak posterior's mean.
+2. **importance weights** ("importance"): the weak draws, in the unconstrained space, are
+   mapped affinely onto the Laplace approximation (mean and covariance), which keeps their
+   shape and gives their density (the weak posterior's at the original draw, times a
+   constant); a new initial state is drawn from the Laplace conditional, its sd widened by
+   :data:`PROPOSAL_WIDENING`. The log-weights (forward log-density minus proposal
+   log-density) are Pareto-smoothed (ArviZ's PSIS); when the Pareto ``k`` is at most
+   ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a weighted resample. One
+   forward solve per draw.
+3. **warm-started NUTS** ("nuts"), when ``k`` is larger: PyMC's NUTS on the forward model,
+   every chain started at a proposal draw, the Laplace covariance as the mass matrix, a short
+   tuning phase that adapts the step size only. One sensitivity solve per gradient.
 """
 
 from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -40,9 +42,9 @@ from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = ["PROPOSAL_WIDENING", "forward_correction"]
 
-# Standard deviation factor of the initial-state proposal over its Gauss-Newton estimate:
-# a proposal must have heavier tails than the target, and the conditional is only
-# approximately Gaussian.
+# Standard deviation factor of a new initial state's proposal over its Laplace conditional:
+# a proposal needs heavier tails than the target, and the conditional is only approximately
+# Gaussian.
 PROPOSAL_WIDENING = 1.5
 _METHODS = ("auto", "importance", "nuts")
 
@@ -94,6 +96,11 @@ def forward_correction(
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
+    if not isinstance(idata, xr.DataTree) or "posterior" not in idata.children:
+        raise TypeError(
+            "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
+            f"group); got {type(idata).__name__}"
+        )
     start = time.perf_counter()
     model = pm.modelcontext(model)
     fmodel, terms = forward_model(model, initial_state=initial_state)
@@ -110,6 +117,14 @@ def forward_correction(
         method == "auto" and weighted["k"] <= weighted["threshold"]
     )
     if use_importance:
+        if weighted["k"] > weighted["threshold"]:
+            warnings.warn(
+                f"the importance weights' Pareto k is {weighted['k']:.2f} > "
+                f"{weighted['threshold']:.2f}: the reweighted draws are unreliable; "
+                "method='nuts' (or 'auto') samples the forward model instead",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         result = _resampled(weighted, idata, rng)
         route = "importance"
         n_solves = forward.n_solves
@@ -460,7 +475,7 @@ def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progre
     Laplace covariance (step size adapted in ``tune`` steps)."""
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
-    starts = rng.choice(Z.shape[0], size=chains, replace=False, p=None if w.max() > 0.5 else w)
+    starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
     initvals = [forward.constrained(Z[i]) for i in starts]
     with fmodel:
         step = pm.NUTS(

@@ -111,3 +111,24 @@ def test_forward_model_refuses_models_with_inputs():
         )
     with pytest.raises(ValueError, match="first-order models without inputs"):
         pw.forward_model(model)
+
+
+def test_correction_with_log_normal_noise_and_its_default_initial_prior():
+    """Log-normal noise: the forward term is LogNormal(log u, sigma) and the new initial
+    state's default prior is log-normal (a transformed variable)."""
+    prob = pw.get_problem("logistic")
+    data = prob.simulate(noise_ratio=0.05, noise="lognormal", subsample=8, seed=0)
+    with pm.Model() as model:
+        p = pm.Normal("p", 0, 10, shape=prob.model.n_params)
+        sigma = pm.HalfNormal("sigma", 1)
+        pw.WeakODELikelihood(
+            "U", ode=prob.model, params=p, sigma=sigma, t=data.t, observed=data.U,
+            noise="lognormal",
+        )  # fmt: skip
+        idata = pw.sample(500, chains=2, progressbar=False, random_seed=1)
+        result = forward_correction(idata, progressbar=False, random_seed=0)
+    assert result.attrs["route"] == "importance"
+    post = result.posterior
+    for name, truth in (("p", prob.p_true), ("sigma", 0.05), ("U_u0", prob.u0)):
+        x = np.asarray(post[name]).reshape(post.sizes["draw"], -1)
+        assert np.all(np.abs(x.mean(0) - truth) < 4 * x.std(0)), name

@@ -348,9 +348,12 @@ def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng, progressbar: 
     where = forward.space.where
     shared = np.concatenate([where[rv.name] for rv in weak.rvs])
     new = np.setdiff1d(np.arange(forward.space.size), shared)
-    x0 = forward.space.from_constrained(
-        {**{k: v[None] for k, v in fmodel.initial_point().items()}, **_first(idata, model)}
-    )[0]
+    # start: the weak mean, and new initial states at the model's initial point (their
+    # prior's centre)
+    point = fmodel.initial_point()
+    x0 = np.empty(forward.space.size)
+    for rv in forward.space.rvs:
+        x0[where[rv.name]] = np.ravel(point[fmodel.rvs_to_values[rv].name])
     x0[shared] = Zw.mean(axis=0)
     step = np.empty_like(x0)
     step[shared] = Zw.std(axis=0)
@@ -385,11 +388,6 @@ def _forward_logp(forward: _Forward, Z: np.ndarray, progressbar: bool) -> np.nda
     finally:
         bar.close()
     return out
-
-
-def _first(idata, model) -> dict[str, np.ndarray]:
-    values = _posterior_values(idata, model)
-    return {k: v[:1] for k, v in values.items()}
 
 
 def _moved(Zw, log_qw, mode, cov, shared, new, rng):

@@ -35,7 +35,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from pymc_wendy.bayes.distribution import WeakODERV
-from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver
+from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, supports
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["ForwardSolution", "ForwardTerm", "forward_model"]
@@ -217,8 +217,6 @@ def _replace_term(node, initial_state):
 
 
 def _check_solvable(name: str, lik: WeakLikelihood) -> None:
-    from pymc_wendy.model.compiled_solve import supports
-
     if not supports(lik.base_model):
         raise ValueError(
             f"{name}: the forward-solve likelihood takes first-order models without inputs; "

@@ -118,7 +118,7 @@ def test_correction_with_log_normal_noise_and_its_default_initial_prior():
     state's default prior is log-normal (a transformed variable)."""
     prob = pw.get_problem("logistic")
     data = prob.simulate(noise_ratio=0.05, noise="lognormal", subsample=8, seed=0)
-    with pm.Model() as model:
+    with pm.Model():
         p = pm.Normal("p", 0, 10, shape=prob.model.n_params)
         sigma = pm.HalfNormal("sigma", 1)
         pw.WeakODELikelihood(

@@ -33,7 +33,7 @@ import numpy as np
 from scipy import optimize
 
 from pymc_wendy.estimators._bounds import strictly_inside
-from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver
+from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, max_steps_for
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
@@ -147,8 +147,7 @@ class _Problem:
 
     def _compiled_solve(self, p: np.ndarray, u0: np.ndarray):
         opts = self.solver
-        max_nfev = opts["max_nfev"]
-        max_steps = 10**7 if max_nfev is None else max(100, max_nfev // self.t.size)
+        max_steps = max_steps_for(opts["max_nfev"], self.t.size)
         try:
             U, S = self.compiled.sensitivities(
                 p, u0, self.t, rtol=opts["rtol"], atol=opts["atol"], max_steps=max_steps

@@ -44,6 +44,12 @@ def supports(model: ODEModel) -> bool:
     return not model.has_operator_terms and all(o == 1 for o in model.orders)
 
 
+def max_steps_for(max_nfev: int | None, n_times: int) -> int:
+    """LSODA's step bound between output times for a total evaluation limit ``max_nfev``
+    (None: effectively unlimited), spread over the ``n_times`` output times."""
+    return 10**7 if max_nfev is None else max(100, max_nfev // n_times)
+
+
 def compiled_solver(model: ODEModel) -> CompiledSolver:
     """The :class:`CompiledSolver` of ``model``, built once per model structure (numba
     compiles the generated functions at the first solve)."""

@@ -258,8 +258,7 @@ _LSODA_MIN_RTOL = 1e-13
 
 
 def _solve_compiled(model: ODEModel, p, u0, t, *, rtol, atol, max_nfev) -> np.ndarray:
-    # LSODA bounds the steps between two output times; spread the evaluation limit over them
-    max_steps = 10**7 if max_nfev is None else max(100, max_nfev // t.size)
+    max_steps = compiled_solve.max_steps_for(max_nfev, t.size)
     try:
         return compiled_solve.compiled_solver(model).solve(
             p,

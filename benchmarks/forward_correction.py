@@ -6,32 +6,51 @@ Per case, one data set, the same PyMC model:
   sigma ~ HalfNormal(1) per state);
 * **corrected**: ``pw.forward_correction`` of those draws (route chosen automatically;
   the initial state gets the default prior of ``pw.forward_model``);
-* **reference**: PyMC's NUTS on ``pw.forward_model`` of the same model (exactly the target
-  of the correction), started at PyMC's default initial point with its default jitter and
-  diagonal adaptation, ``--ref-tune`` + ``--ref-draws`` per chain: a cold forward-solve
-  sampler, as a user without the weak posterior would run it.
+* **reference** (``--reference``), a cold forward-solve sampler of exactly the target of the
+  correction (``pw.forward_model`` of the same model: same priors, the initial state's
+  default prior ``Normal(U[0], 0.5 sd(U))``), ``--ref-tune`` + ``--ref-draws`` per chain,
+  started at the truth with default adaptation, as a user without the weak posterior would
+  run it:
+
+  - ``numpyro`` (default when the ``peers`` extra is installed): numpyro NUTS on a diffrax
+    ``Tsit5`` solve, one process per chain (``benchmarks/peers.py``'s worker);
+  - ``pymc``: PyMC's NUTS on ``pw.forward_model`` itself.
+
+The time comparison: the reference's time to the corrected posterior's minimum ESS
+(sampling time x ESS_corrected / ESS_reference), against weak sampling + correction. The
+corrected posterior's ESS is its NUTS bulk ESS on the NUTS route; on the importance route
+the weak draws' minimum bulk ESS times ``importance_ess / S`` (the weights' efficiency times
+the chains').
 
 Printed per case: the time of each stage, the route, the Pareto k and the importance ESS,
 the reference's minimum bulk ESS, and per variable ``(mean - mean_ref) / sd_ref`` and
 ``sd / sd_ref`` for the weak and the corrected posterior.
 
 Run:  python benchmarks/forward_correction.py [--cases lv21,lv41,fhn10,fhn20]
-          [--chains 2 --draws 1000] [--ref-tune 1000 --ref-draws 1000] [--json PATH]
+          [--chains 2 --draws 1000] [--reference numpyro|pymc]
+          [--ref-tune 1000 --ref-draws 1000] [--json PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import arviz as az
 import numpy as np
 import pymc as pm
+import xarray as xr
 
 import pymc_wendy as pw
 
+# each case's name in benchmarks/peers.py (the numpyro worker takes its problem from it)
+PEER_CASE = {"lotka_volterra": "lv", "fitzhugh_nagumo": "fhn"}
 CASES = {
     "lv21": ("lotka_volterra", {"n_points": 21, "noise_ratio": 0.1}),
     "lv41": ("lotka_volterra", {"n_points": 41, "noise_ratio": 0.1}),
@@ -74,6 +93,69 @@ def _agreement(mom, ref) -> dict:
     }
 
 
+def _min_ess(idata, names=("p", "sigma")) -> float:
+    ess = az.ess(idata, var_names=list(names), method="bulk")
+    return float(min(float(ess[v].min()) for v in ess.data_vars))
+
+
+def _pymc_reference(model, prob, data, args) -> dict:
+    fmodel, _ = pw.forward_model(model)
+    truth = {"p": prob.p_true, "sigma": data.sigma, "U_u0": data.U_true[0]}
+    t0 = time.perf_counter()
+    with fmodel:
+        ref = pm.sample(
+            args.ref_draws, tune=args.ref_tune, chains=args.chains, initvals=truth,
+            init="adapt_diag", cores=min(args.chains, len(os.sched_getaffinity(0))),
+            progressbar=False, random_seed=3, compile_kwargs={"mode": "CVM"},
+        )  # fmt: skip
+    return {
+        "sampler": "PyMC NUTS on pw.forward_model",
+        "finished": True,
+        "sampling_s": round(time.perf_counter() - t0, 1),
+        "min_ess": round(_min_ess(ref), 1),
+        "divergences": int(ref.sample_stats["diverging"].sum()),
+        "moments": _moments(ref, ["p", "sigma", "U_u0"]),
+    }
+
+
+def _numpyro_reference(problem, prob, data, args) -> dict:
+    """numpyro + diffrax through benchmarks/peers.py's worker, one process per chain."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import peers
+
+    case = PEER_CASE[problem]
+    tmp = Path(tempfile.mkdtemp(prefix="forward_correction_"))
+    J = len(prob.params)
+    np.savez(
+        tmp / f"{case}.npz", t=data.t, U=data.U, p_mu=np.zeros(J), p_sd=np.full(J, 10.0),
+        u0_mu=data.U[0], u0_sd=0.5 * np.std(data.U, axis=0), init_p=prob.p_true,
+        init_sigma=data.sigma, init_u0=data.U_true[0],
+    )  # fmt: skip
+    opts = argparse.Namespace(
+        chains=args.chains, tune=args.ref_tune, draws=args.ref_draws, seed=3, cores=args.chains
+    )
+    res = peers.finish_peer(peers.start_peer("numpyro", [case], tmp, opts, args.ref_budget))[case]
+    out = {"sampler": "numpyro + diffrax (Tsit5, rtol=atol=1e-6)", "finished": res["finished"]}
+    if not res["finished"]:
+        return {**out, "status": res["status"]}
+    parts = [json.loads((tmp / f"{case}-numpyro-{c}.json").read_text()) for c in range(args.chains)]
+    post = xr.Dataset(
+        {
+            name: (("chain", "draw", f"{name}_dim"), np.concatenate(
+                [np.asarray(p[f"{key}_draws"]) for p in parts], axis=0))
+            for name, key in (("p", "p"), ("sigma", "sigma"), ("U_u0", "u0"))
+        }
+    )  # fmt: skip
+    return {
+        **out,
+        "compile_s": round(res["compile_s"], 1),
+        "sampling_s": round(res["sampling_s"], 1),
+        "min_ess": round(_min_ess(post), 1),
+        "divergences": res["divergences"],
+        "moments": _moments(post, ["p", "sigma", "U_u0"]),
+    }
+
+
 def run_case(name: str, args) -> dict:
     problem, opts = CASES[name]
     prob = pw.get_problem(problem)
@@ -86,42 +168,52 @@ def run_case(name: str, args) -> dict:
     t0 = time.perf_counter()
     corrected = pw.forward_correction(weak, model, random_seed=2, progressbar=False)
     t_corr = time.perf_counter() - t0
-    fmodel, _ = pw.forward_model(model)
-    t0 = time.perf_counter()
-    truth = {"p": prob.p_true, "sigma": data.sigma, "U_u0": data.U_true[0]}
-    with fmodel:
-        ref = pm.sample(
-            args.ref_draws, tune=args.ref_tune, chains=args.chains, initvals=truth,
-            init="adapt_diag", cores=min(args.chains, len(os.sched_getaffinity(0))),
-            progressbar=False, random_seed=3, compile_kwargs={"mode": "CVM"},
-        )  # fmt: skip
-    t_ref = time.perf_counter() - t0
-    names = ["p", "sigma", "U_u0"]
-    ref_m = _moments(ref, names)
-    ess = az.ess(ref, var_names=["p", "sigma"])
-    return {
+    if args.reference == "numpyro":
+        ref = _numpyro_reference(problem, prob, data, args)
+    else:
+        ref = _pymc_reference(model, prob, data, args)
+    attrs = corrected.attrs
+    if attrs["route"] == "importance":
+        S = corrected.posterior.sizes["draw"]
+        ess = _min_ess(weak) * attrs["importance_ess"] / S
+    else:
+        ess = _min_ess(corrected)
+    out = {
         "case": name,
         "n_points": int(data.t.size),
         "weak_s": round(t_weak, 1),
         "correction_s": round(t_corr, 1),
-        "reference_s": round(t_ref, 1),
-        "route": corrected.attrs["route"],
-        "pareto_k": round(float(corrected.attrs["pareto_k"]), 3),
-        "importance_ess": round(float(corrected.attrs["importance_ess"]), 1),
-        "n_forward_solves": int(corrected.attrs["n_forward_solves"]),
-        "reference_min_ess": round(float(min(float(ess[v].min()) for v in ess.data_vars)), 1),
-        "reference_divergences": int(ref.sample_stats["diverging"].sum()),
-        "weak_vs_ref": _agreement(_moments(weak, ["p", "sigma"]), ref_m),
-        "corrected_vs_ref": _agreement(_moments(corrected, names), ref_m),
+        "route": attrs["route"],
+        "pareto_k": round(float(attrs["pareto_k"]), 3),
+        "importance_ess": round(float(attrs["importance_ess"]), 1),
+        "n_forward_solves": int(attrs["n_forward_solves"]),
+        "corrected_min_ess": round(ess, 1),
+        "reference": {k: v for k, v in ref.items() if k != "moments"},
     }
+    if ref["finished"]:
+        ref_m = ref["moments"]
+        to_same_ess = ref["sampling_s"] * ess / ref["min_ess"]
+        out["reference_s_to_same_ess"] = round(to_same_ess, 1)
+        out["speedup"] = round(to_same_ess / (t_weak + t_corr), 2)
+        out["weak_vs_ref"] = _agreement(_moments(weak, ["p", "sigma"]), ref_m)
+        out["corrected_vs_ref"] = _agreement(_moments(corrected, ["p", "sigma", "U_u0"]), ref_m)
+    return out
 
 
 def _print(r: dict) -> None:
+    ref = r["reference"]
     print(
         f"\n{r['case']} ({r['n_points']} points): weak {r['weak_s']} s, correction "
         f"{r['correction_s']} s ({r['route']}, k = {r['pareto_k']}, ESS {r['importance_ess']}, "
-        f"{r['n_forward_solves']} solves); reference {r['reference_s']} s (min ESS "
-        f"{r['reference_min_ess']}, {r['reference_divergences']} divergences)"
+        f"{r['n_forward_solves']} solves; min ESS {r['corrected_min_ess']})"
+    )
+    if not ref["finished"]:
+        print(f"  reference {ref['sampler']}: {ref['status']}")
+        return
+    print(
+        f"  reference {ref['sampler']}: {ref['sampling_s']} s sampling (min ESS "
+        f"{ref['min_ess']}, {ref['divergences']} divergences); to the corrected min ESS "
+        f"{r['reference_s_to_same_ess']} s: weak + correction {r['speedup']}x faster"
     )
     for label in ("weak_vs_ref", "corrected_vs_ref"):
         for n, v in r[label].items():
@@ -133,6 +225,11 @@ def main() -> None:
     ap.add_argument("--cases", default="lv21,lv41,fhn10,fhn20")
     ap.add_argument("--chains", type=int, default=2)
     ap.add_argument("--draws", type=int, default=1000)
+    have_peers = all(importlib.util.find_spec(m) for m in ("jax", "numpyro", "diffrax"))
+    ap.add_argument(
+        "--reference", choices=("numpyro", "pymc"), default="numpyro" if have_peers else "pymc"
+    )
+    ap.add_argument("--ref-budget", type=float, default=7200.0, help="numpyro: seconds")
     ap.add_argument("--ref-tune", type=int, default=1000)
     ap.add_argument("--ref-draws", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)

@@ -412,7 +412,7 @@ def worker_numpyro(args) -> None:
     import jax.numpy as jnp
     import numpyro
     import numpyro.distributions as dist
-    from numpyro.infer import MCMC, NUTS, init_to_median
+    from numpyro.infer import MCMC, NUTS, init_to_median, init_to_value
 
     compile_s = [0.0]
     events = (
@@ -461,7 +461,13 @@ def worker_numpyro(args) -> None:
         numpyro.factor("solve_failed", jnp.where(ok, 0.0, -jnp.inf))
         numpyro.sample("U", dist.Normal(ys, sigma), obs=U)
 
-    kernel = NUTS(model, init_strategy=init_to_median)
+    # a data file may name a start (forward_correction.py starts its reference at the truth)
+    init = (
+        init_to_value(values={k: jnp.asarray(d[f"init_{k}"]) for k in ("p", "sigma", "u0")})
+        if "init_p" in d
+        else init_to_median
+    )
+    kernel = NUTS(model, init_strategy=init)
     mcmc = MCMC(
         kernel,
         num_warmup=args.tune,
@@ -481,7 +487,8 @@ def worker_numpyro(args) -> None:
     jax.block_until_ready(mcmc.get_samples())
     wall = time.perf_counter() - t0
     extra = mcmc.get_extra_fields()
-    p_draws = np.asarray(mcmc.get_samples()["p"])[None]  # (1 chain, draws, J)
+    samples = mcmc.get_samples()
+    p_draws = np.asarray(samples["p"])[None]  # (1 chain, draws, J)
     _finish(
         args,
         {
@@ -492,6 +499,8 @@ def worker_numpyro(args) -> None:
             "grads": grads_tune + float(np.asarray(extra["num_steps"]).sum()),
             "divergences": int(np.asarray(extra["diverging"]).sum()),
             "p_draws": p_draws.tolist(),
+            "sigma_draws": np.asarray(samples["sigma"])[None].tolist(),
+            "u0_draws": np.asarray(samples["u0"])[None].tolist(),
         },
     )
 

@@ -38,13 +38,16 @@ def _moments(result) -> tuple[np.ndarray, np.ndarray]:
     return draws.mean(axis=0), draws.std(axis=0)
 
 
-@pytest.mark.parametrize("method", ["importance", "nuts"])
-def test_correction_recovers_the_closed_form_posterior(drift, method):
+@pytest.mark.parametrize(
+    ("method", "proposal"), [("importance", "moved"), ("importance", "laplace_t"), ("nuts", "auto")]
+)
+def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
     model, idata, mean, cov = drift
     result = forward_correction(
         idata,
         model,
         method=method,
+        proposal=proposal,
         initial_state=pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1),
         draws=1000,
         tune=300,
@@ -61,14 +64,17 @@ def test_correction_recovers_the_closed_form_posterior(drift, method):
     # the sd of a sd estimate from n draws is about sd / sqrt(2 n)
     assert np.all(np.abs(s / sd - 1) < 4 / np.sqrt(2 * ess)), (s, sd)
     if method == "importance":
+        assert result.attrs["proposal"] == proposal
         assert result.attrs["pareto_k"] <= result.attrs["khat_threshold"]
         assert "log_weight" in result["proposal"]
 
 
-def test_correction_refuses_an_unknown_method(drift):
+def test_correction_refuses_an_unknown_method_or_proposal(drift):
     model, idata, _, _ = drift
     with pytest.raises(ValueError, match="method must be one of"):
         forward_correction(idata, model, method="laplace")
+    with pytest.raises(ValueError, match="proposal must be one of"):
+        forward_correction(idata, model, proposal="gaussian")
 
 
 def test_sample_with_forward_correction_keeps_the_weak_draws(drift):

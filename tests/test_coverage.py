@@ -209,7 +209,7 @@ def test_default_process_pool(monkeypatch):
 def test_bayesian_methods():
     ds = cov.run_coverage(
         "logistic",
-        methods=["nuts", "laplace"],
+        methods=["nuts", "laplace", "forward"],
         noise_ratios=[0.1],
         n_points=[129],
         n_datasets=1,
@@ -217,7 +217,7 @@ def test_bayesian_methods():
         progress=False,
         sample_options={"draws": 300, "tune": 300},
     )
-    for m in ("nuts", "laplace"):
+    for m in ("nuts", "laplace", "forward"):
         run = ds.sel(estimator=m).squeeze()
         lo, hi = run["interval"].sel(bound="lower"), run["interval"].sel(bound="upper")
         assert (
@@ -228,6 +228,11 @@ def test_bayesian_methods():
     np.testing.assert_allclose(
         ds["interval"].sel(estimator="nuts"), ds["interval"].sel(estimator="laplace"), rtol=0.05
     )
+
+
+def test_forward_takes_no_bias_correction():
+    with pytest.raises(ValueError, match="a bias correction applies to 'mle', 'nuts'"):
+        cov.run_coverage("logistic", methods=["forward+auto"], execute=False)
 
 
 def test_failures_do_not_stop_a_study(monkeypatch):

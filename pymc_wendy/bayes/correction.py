@@ -12,9 +12,11 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    shape and gives their density (the weak posterior's at the original draw, times a
    constant); a new initial state is drawn from the Laplace conditional, its sd widened by
    :data:`PROPOSAL_WIDENING`. The log-weights (forward log-density minus proposal
-   log-density) are Pareto-smoothed (ArviZ's PSIS); when the Pareto ``k`` is at most
-   ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a weighted resample. One
-   forward solve per draw.
+   log-density) are Pareto-smoothed (ArviZ's PSIS). When their Pareto ``k`` is too large, a
+   second proposal is tried, ``S`` draws of a multivariate t around the Laplace
+   approximation (heavier tails than any Gaussian fit), and the one with the smaller ``k``
+   kept. When ``k`` is at most ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a
+   weighted resample. One forward solve per draw.
 3. **warm-started NUTS** ("nuts"), when ``k`` is larger: PyMC's NUTS on the forward model,
    every chain started at a proposal draw, the Laplace covariance as the mass matrix, a short
    tuning phase that adapts the step size only. One sensitivity solve per gradient.
@@ -34,19 +36,27 @@ import pytensor.tensor as pt
 import xarray as xr
 from pytensor.graph.replace import graph_replace
 from pytensor.graph.traversal import apply_ancestors
-from scipy import optimize
+from scipy import optimize, stats
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy.bayes.forward import ForwardTerm, forward_model
 from pymc_wendy.model.compiled_solve import SolveFailed
 
-__all__ = ["PROPOSAL_WIDENING", "forward_correction"]
+__all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "forward_correction"]
 
 # Standard deviation factor of a new initial state's proposal over its Laplace conditional:
 # a proposal needs heavier tails than the target, and the conditional is only approximately
 # Gaussian.
 PROPOSAL_WIDENING = 1.5
+# Degrees of freedom of the second proposal, a multivariate t around the Laplace fit, tried
+# when the moved weak draws' k is too large: heavy enough tails to cover a skewed target.
+LAPLACE_T_DF = 3
 _METHODS = ("auto", "importance", "nuts")
+_PROPOSALS = ("auto", "moved", "laplace_t")
+# draws at which a sampler's stored log-density is checked against the model's
+_CHECKED_DRAWS = 5
+# prior draws of a new initial state tried as starts of the Laplace fit
+_INITIAL_STATE_DRAWS = 20
 
 
 def forward_correction(
@@ -54,6 +64,7 @@ def forward_correction(
     model: pm.Model | None = None,
     *,
     method: str = "auto",
+    proposal: str = "auto",
     initial_state=None,
     draws: int = 1000,
     tune: int = 300,
@@ -74,6 +85,12 @@ def forward_correction(
     method : {"auto", "importance", "nuts"}
         The route (module doc). ``"importance"`` returns the reweighted draws even when the
         Pareto ``k`` is large (with a warning); ``"nuts"`` skips the reweighting.
+    proposal : {"auto", "moved", "laplace_t"}
+        The importance proposal: the weak draws moved onto the forward model's Laplace
+        approximation, or a multivariate t (:data:`LAPLACE_T_DF` degrees of freedom) around
+        that approximation. ``"auto"`` tries the moved draws first and the t as well when
+        their ``k`` is too large, and keeps the one with the smaller ``k``. The NUTS route
+        starts its chains at draws of the kept proposal.
     initial_state : distribution or mapping, optional
         Prior of the initial state of terms without one
         (:func:`~pymc_wendy.bayes.forward.forward_model`).
@@ -90,12 +107,15 @@ def forward_correction(
     DataTree
         ``posterior`` of the forward-solve model (every free variable, initial states
         included) and ``observed_data``. ``attrs``: ``route`` ("importance" or "nuts"),
-        ``pareto_k``, ``khat_threshold``, ``importance_ess`` (the weights' effective sample
-        size), ``n_forward_solves``, ``time_s``. The importance route also keeps the weak
-        draws with their Pareto-smoothed ``log_weight`` in a ``proposal`` group.
+        ``proposal`` ("moved" or "laplace_t"), ``pareto_k``, ``khat_threshold``,
+        ``importance_ess`` (the weights' effective sample size), ``n_forward_solves``,
+        ``time_s``. The importance route also keeps the
+        proposal draws with their Pareto-smoothed ``log_weight`` in a ``proposal`` group.
     """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
+    if proposal not in _PROPOSALS:
+        raise ValueError(f"proposal must be one of {_PROPOSALS}; got {proposal!r}")
     if not isinstance(idata, xr.DataTree) or "posterior" not in idata.children:
         raise TypeError(
             "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
@@ -105,12 +125,19 @@ def forward_correction(
     model = pm.modelcontext(model)
     fmodel, terms = forward_model(model, initial_state=initial_state)
     rng = np.random.default_rng(random_seed)
-    weighted = _reweight(idata, model, fmodel, terms, rng, progressbar)
+    weighted = _reweight(idata, model, fmodel, terms, proposal, rng, progressbar)
+    if weighted["ess"] == 0.0:
+        raise RuntimeError(
+            "the forward solve failed (or the forward density is zero) at every proposal "
+            "draw: give the initial state a prior (initial_state=) that puts its mass where "
+            "the ODE solution exists and fits the data"
+        )
     attrs = {
         "pareto_k": weighted["k"],
         "khat_threshold": weighted["threshold"],
         "importance_ess": weighted["ess"],
         "laplace_ok": weighted["laplace_ok"],
+        "proposal": weighted["proposal"],
     }
     forward = weighted["forward"]
     use_importance = method == "importance" or (
@@ -261,17 +288,26 @@ def _gauss_loglik(U, Y, sigma, noise: str) -> float:
     )
 
 
-def _weak_logp(idata, model: pm.Model, terms: list[ForwardTerm], Zw: np.ndarray, weak: _Space):
-    """The weak posterior's log-density (unnormalised, unconstrained space) at its draws."""
-    ll = pm.compute_log_likelihood(
-        idata, var_names=[t.name for t in terms], model=model, progressbar=False,
-        extend_inferencedata=False,
-    )  # fmt: skip
+def _weak_logp(idata, model: pm.Model, Zw: np.ndarray) -> np.ndarray:
+    """The weak posterior's log-density (unnormalised, unconstrained space) at its draws.
+
+    The sampler's own ``logp`` of each draw when ``sample_stats`` has it and it agrees with
+    the model up to a constant (a whitened run's log-density differs by the whitening's
+    log-determinant) at a few checked draws; otherwise computed at every draw."""
+    full = _Space(model, [])
     S = Zw.shape[0]
-    out = np.array([float(weak.evaluate(z)[0]) for z in Zw])
-    for t in terms:
-        out += np.asarray(ll[t.name]).reshape(S, -1).sum(axis=1)
-    return out
+    stats = idata.children.get("sample_stats")
+    for name in ("logp", "lp"):
+        if stats is None or name not in stats:
+            continue
+        stored = np.asarray(stats[name], dtype=float).reshape(-1)
+        if stored.size != S or not np.all(np.isfinite(stored)):
+            continue
+        check = np.unique(np.linspace(0, S - 1, _CHECKED_DRAWS).astype(int))
+        diff = np.array([float(full.evaluate(Zw[i])[0]) for i in check]) - stored[check]
+        if np.ptp(diff) <= 1e-6 * (1.0 + np.max(np.abs(stored[check]))):
+            return stored
+    return np.array([float(full.evaluate(z)[0]) for z in Zw])
 
 
 class _Gradient:
@@ -302,79 +338,150 @@ class _Gradient:
         return float(value), np.asarray(grad, dtype=float)
 
 
-def _laplace(gradient: _Gradient, start: np.ndarray, step: np.ndarray):
-    """Mode of the forward log-density (L-BFGS with the analytic gradient) and the inverse
-    of its Hessian (central differences of the gradient with steps ``step``); None for the
-    covariance when the Hessian is not negative definite."""
+def _maximise(gradient: _Gradient, start: np.ndarray, scale: np.ndarray, free: np.ndarray):
+    """L-BFGS on the forward log-density (analytic gradient) over the coordinates ``free``,
+    the others held at ``start``; the point and its log-density. The coordinates are
+    measured in units of ``scale`` (about a posterior sd): L-BFGS's first step has length
+    one, which in raw units can leave the region where the solution exists (an initial
+    state of sd 0.002 whose gradient is 1e4)."""
+    s = scale[free]
 
-    def neg(x):
+    def neg(y):
+        x = start.copy()
+        x[free] += s * y
         v, g = gradient(x)
-        return (-v, -g) if np.isfinite(v) else (1e300, np.zeros_like(x))
+        return (-v, -g[free] * s) if np.isfinite(v) else (1e300, np.zeros_like(y))
 
-    res = optimize.minimize(neg, start, jac=True, method="L-BFGS-B", options={"maxiter": 2000})
-    x = res.x
+    res = optimize.minimize(
+        neg, np.zeros(free.size), jac=True, method="L-BFGS-B",
+        options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9},
+    )  # fmt: skip
+    x = start.copy()
+    x[free] += s * res.x
+    return x, -float(res.fun)
+
+
+def _inverse_hessian(gradient: _Gradient, x: np.ndarray, step: np.ndarray):
+    """Inverse of minus the Hessian at ``x`` from central differences of the gradient with
+    steps ``step``; None when it is not positive definite."""
     n = x.size
     H = np.empty((n, n))
     for i in range(n):
         e = np.zeros(n)
         e[i] = step[i]
-        H[i] = (neg(x + e)[1] - neg(x - e)[1]) / (2 * step[i])
+        H[i] = (gradient(x - e)[1] - gradient(x + e)[1]) / (2 * step[i])
     H = 0.5 * (H + H.T)
+    if not np.all(np.isfinite(H)):
+        return None
     try:
         L = np.linalg.cholesky(H)
     except np.linalg.LinAlgError:
-        return x, None
+        return None
     inv = np.linalg.inv(L)
-    return x, inv.T @ inv
+    return inv.T @ inv
 
 
-def _fit_laplace(gradient: _Gradient, x0: np.ndarray, step: np.ndarray):
-    """Laplace approximation in two passes, the second's differences a hundredth of the
-    first's standard deviations."""
-    mode, cov = _laplace(gradient, x0, step)
+def _fit_laplace(gradient: _Gradient, starts: list[np.ndarray], new: np.ndarray, scale):
+    """Laplace approximation of the forward model: from each start, the new initial states
+    fitted first with the rest held (a sparse series' joint fit from a poor initial state
+    can run to a far, poor mode), then everything; the best mode kept. The Hessian twice,
+    the second pass's differences a hundredth of the first's standard deviations."""
+    best, best_logp = starts[0], -np.inf
+    every = np.arange(starts[0].size)
+    for x0 in starts:
+        if new.size:
+            x0, _ = _maximise(gradient, x0, scale, new)
+        x, logp = _maximise(gradient, x0, scale, every)
+        if logp > best_logp:
+            best, best_logp = x, logp
+    cov = _inverse_hessian(gradient, best, 1e-2 * scale)
     if cov is not None:
-        mode, cov2 = _laplace(gradient, mode, 1e-2 * np.sqrt(np.diag(cov)))
+        cov2 = _inverse_hessian(gradient, best, 1e-2 * np.sqrt(np.diag(cov)))
         cov = cov if cov2 is None else cov2
-    return mode, cov
+    return best, cov
 
 
-def _reweight(idata, model, fmodel, terms: list[ForwardTerm], rng, progressbar: bool) -> dict:
-    """Weak draws moved onto the forward model's Laplace approximation, and their weights
-    (module doc)."""
+def _reweight(idata, model, fmodel, terms, proposal: str, rng, progressbar: bool) -> dict:
+    """Proposal draws around the forward model's Laplace approximation and their weights:
+    the moved weak draws, and the Laplace t where those are not good enough (module doc)."""
     weak = _Space(model, [t.name for t in terms])
     Zw = weak.from_constrained(_posterior_values(idata, model))
-    log_qw = _weak_logp(idata, model, terms, Zw, weak)
+    log_qw = _weak_logp(idata, model, Zw)
     forward = _Forward(fmodel, terms)
     where = forward.space.where
     shared = np.concatenate([where[rv.name] for rv in weak.rvs])
     new = np.setdiff1d(np.arange(forward.space.size), shared)
-    # start: the weak mean, and new initial states at the model's initial point (their
-    # prior's centre)
-    point = fmodel.initial_point()
-    x0 = np.empty(forward.space.size)
-    for rv in forward.space.rvs:
-        x0[where[rv.name]] = np.ravel(point[fmodel.rvs_to_values[rv].name])
-    x0[shared] = Zw.mean(axis=0)
-    step = np.empty_like(x0)
-    step[shared] = Zw.std(axis=0)
-    step[new] = 0.05 * (np.abs(x0[new]) + 0.1)
+    starts, step = _starts(forward, Zw, log_qw, shared, new, rng)
     gradient = _Gradient(fmodel, forward.space)
-    mode, cov = _fit_laplace(gradient, x0, 1e-2 * step)
+    mode, cov = _fit_laplace(gradient, starts, new, step)
     forward.n_solves += gradient.n_calls
     laplace_ok = cov is not None
     if not laplace_ok:
         cov = np.diag(step**2)
         cov[np.ix_(shared, shared)] = np.cov(Zw, rowvar=False)
-    Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
-    log_w = _forward_logp(forward, Z, progressbar) - log_q
-    return {
-        **_smoothed(log_w, idata),
-        "Z": Z,
-        "forward": forward,
-        "mode": mode,
-        "cov": cov,
-        "laplace_ok": laplace_ok,
+    best = None
+    for kind in ("moved", "laplace_t"):
+        if proposal not in ("auto", kind):
+            continue
+        if kind == "laplace_t" and best is not None:
+            # the second candidate only where the first is not good enough
+            if not laplace_ok or best["k"] <= best["threshold"]:
+                break
+        if kind == "moved":
+            Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
+        else:
+            Z, log_q = _laplace_t(mode, cov, Zw.shape[0], rng)
+        log_w = _forward_logp(forward, Z, progressbar) - log_q
+        this = {**_smoothed(log_w, idata), "Z": Z, "proposal": kind}
+        best = this if best is None or this["k"] < best["k"] else best
+    return {**best, "forward": forward, "mode": mode, "cov": cov, "laplace_ok": laplace_ok}
+
+
+def _starts(forward: _Forward, Zw, log_qw, shared, new, rng) -> tuple[list, np.ndarray]:
+    """Starts of the Laplace fit (the weak mean, and the weak draw of largest density, with
+    the new initial states from :func:`_initial_state_start`) and difference steps."""
+    fmodel, where = forward.model, forward.space.where
+    point = fmodel.initial_point()
+    x0 = np.empty(forward.space.size)
+    for rv in forward.space.rvs:
+        x0[where[rv.name]] = np.ravel(point[fmodel.rvs_to_values[rv].name])
+    x0[shared] = Zw.mean(axis=0)
+    if new.size:
+        x0 = _initial_state_start(forward, x0, new, rng)
+    step = np.empty_like(x0)
+    step[shared] = Zw.std(axis=0)
+    step[new] = 0.05 * (np.abs(x0[new]) + 0.1)
+    x1 = x0.copy()
+    x1[shared] = Zw[np.argmax(log_qw)]
+    return [x0, x1], step
+
+
+def _initial_state_start(forward: _Forward, x0: np.ndarray, new: np.ndarray, rng) -> np.ndarray:
+    """``x0`` with the new initial states (coordinates ``new``) at the best of their prior's
+    centre and :data:`_INITIAL_STATE_DRAWS` draws of their prior, by the forward
+    log-density with the rest held: the centre of a data-based prior is a noisy data point,
+    from which the solution may not exist (a negative population, say)."""
+    names = [
+        rv.name for rv in forward.space.rvs if np.isin(forward.space.where[rv.name], new).all()
+    ]
+    n = _INITIAL_STATE_DRAWS
+    draws = pm.draw([forward.model[name] for name in names], draws=n, random_seed=rng)
+    values = {
+        k: np.repeat(np.asarray(v)[None], n, axis=0) for k, v in forward.constrained(x0).items()
     }
+    values.update(zip(names, draws, strict=True))
+    candidates = np.repeat(x0[None], n + 1, axis=0)
+    candidates[1:, new] = forward.space.from_constrained(values)[:, new]
+    logp = np.array([forward.logp(x) for x in candidates])
+    return candidates[int(np.argmax(logp))] if np.isfinite(logp).any() else x0
+
+
+def _laplace_t(mode, cov, S: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """``S`` draws of the multivariate t around the Laplace approximation
+    (:data:`LAPLACE_T_DF` degrees of freedom) and their log-densities."""
+    dist = stats.multivariate_t(loc=mode, shape=cov, df=LAPLACE_T_DF, seed=rng)
+    Z = np.reshape(dist.rvs(size=S), (S, mode.size))
+    return Z, dist.logpdf(Z)
 
 
 def _forward_logp(forward: _Forward, Z: np.ndarray, progressbar: bool) -> np.ndarray:
@@ -414,6 +521,13 @@ def _moved(Zw, log_qw, mode, cov, shared, new, rng):
 def _smoothed(log_w: np.ndarray, idata) -> dict:
     """PSIS of the raw log-weights: smoothed normalised log-weights, k, its threshold, ESS."""
     shape = (idata.posterior.sizes["chain"], idata.posterior.sizes["draw"])
+    if not np.isfinite(log_w).any():
+        return {
+            "log_weight": np.full(log_w.size, -np.inf),
+            "k": np.inf,
+            "threshold": 0.0,
+            "ess": 0.0,
+        }
     # psislw takes what PSIS-LOO gives it, a log-likelihood, and weights by its negative
     neg = np.where(np.isfinite(log_w), -log_w, np.inf).reshape(shape)
     smooth, k = xr.DataArray(neg, dims=("chain", "draw")).azstats.psislw(dim=["chain", "draw"])

@@ -19,8 +19,12 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
                     (:func:`pymc_wendy.sample_sft`, default ladder).
 ``laplace``         posterior mean and equal-tailed interval of the Laplace approximation at
                     the posterior mode (:func:`pymc_wendy.laplace`).
-``mle+analytic``    a bias correction (:mod:`pymc_wendy.weak.bias`) appended to ``mle``, ``nuts``
-                    or ``laplace`` with ``+``: ``mle+analytic-hessian``, ``nuts+profile``.
+``forward``         the forward-solve posterior: NUTS through the weak likelihood, then
+                    :func:`pymc_wendy.forward_correction` (the exact likelihood around the ODE
+                    solution, the initial state a parameter); the noise level is inferred
+                    (``sigma ~ HalfNormal(sd of the data)`` per state), not plugged in.
+``mle+analytic``    a bias correction (:mod:`pymc_wendy.weak.bias`) appended to ``mle``, ``nuts``,
+                    ``sft`` or ``laplace`` with ``+``: ``mle+analytic-hessian``, ``nuts+profile``.
 ==================  ===========================================================================
 
 Methods sharing an estimator share one fit per data set. The Bayesian methods use the priors

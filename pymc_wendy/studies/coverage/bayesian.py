@@ -1,4 +1,5 @@
-"""The Bayesian runs of a coverage study: ``nuts``, ``sft`` and ``laplace``, with their priors.
+"""The Bayesian runs of a coverage study: ``nuts``, ``sft``, ``laplace`` and ``forward``, with
+their priors.
 
 :func:`run_bayes` builds a PyMC model with the priors of :func:`default_priors` and one
 :class:`~pymc_wendy.WeakODELikelihood` per experiment (for ``+correction`` methods the
@@ -47,10 +48,13 @@ def run_bayes(task: Task, data, record: dict) -> None:
     corrections = [correction] * len(datasets)
     if correction is not None:
         corrections = _corrected_fits(task, datasets, correction)
-    model = _posterior_model(task, datasets, corrections, several=isinstance(data, list))
+    several = isinstance(data, list)
+    model = _posterior_model(task, datasets, corrections, several, method == "forward")
     opts = dict(task.sample_options)
     seed = opts.pop("random_seed", task.data_seed)
-    if method in ("nuts", "sft"):
+    if method == "forward":
+        draws = _forward_draws(model, seed, opts, record)
+    elif method in ("nuts", "sft"):
         draws = _mcmc_draws(method, model, seed, opts, record)
     else:
         draws = _laplace_draws(model, seed, record)
@@ -86,15 +90,25 @@ def _corrected_fits(task: Task, datasets: list, correction: str) -> list:
         ]
 
 
-def _posterior_model(task: Task, datasets: list, corrections: list, several: bool):
-    """The PyMC model: :func:`default_priors` and one weak likelihood per data set."""
+def _posterior_model(
+    task: Task, datasets: list, corrections: list, several: bool, infer_sigma: bool = False
+):
+    """The PyMC model: :func:`default_priors` and one weak likelihood per data set; with
+    ``infer_sigma`` a noise level per state, ``HalfNormal`` on the data's scale (so that
+    the posterior does not depend on units)."""
     import pymc as pm
 
     from pymc_wendy.bayes.distribution import WeakODELikelihood
 
     prob = task.problem
-    with pm.Model(coords={"param": list(prob.params)}) as model:
+    coords = {"param": list(prob.params), "state": list(prob.states)}
+    with pm.Model(coords=coords) as model:
         p = default_priors(prob)("p")
+        sigma = task.fit_options.get("sigma")
+        if infer_sigma:
+            U = np.concatenate([np.asarray(d.U, dtype=float) for d in datasets])
+            scale = np.nanstd(np.log(U) if prob.noise == "lognormal" else U, axis=0)
+            sigma = pm.HalfNormal("sigma", scale, dims="state")
         for i, (d, c) in enumerate(zip(datasets, corrections, strict=True)):
             WeakODELikelihood(
                 f"U{i}" if several else "U",
@@ -104,7 +118,7 @@ def _posterior_model(task: Task, datasets: list, corrections: list, several: boo
                 observed=d.U,
                 noise=prob.noise,
                 # a corrected fit holds its noise level; the likelihood must use the same
-                sigma=task.fit_options.get("sigma") if c is None else c.sigma,
+                sigma=sigma if c is None else c.sigma,
                 bias_correction=c,
                 inputs=d.inputs,
             )
@@ -137,6 +151,31 @@ def _mcmc_draws(method: str, model, seed, opts: dict, record: dict) -> np.ndarra
     record["success"] = bool(rhat < 1.05 and div == 0)
     record["message"] = f"r_hat max {rhat:.3f}, min ESS {ess:.0f}, {div} divergences"
     return draws
+
+
+def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
+    """Draws ``(draw, param)`` of the forward-solve posterior: NUTS on the weak model, then
+    :func:`~pymc_wendy.forward_correction`; its route and diagnostics into ``record`` (a run
+    succeeds when the weak chains converged and the correction's route is trustworthy)."""
+    import arviz as az
+
+    from pymc_wendy.bayes.correction import forward_correction
+    from pymc_wendy.bayes.sampling import sample
+
+    kwargs = {"tune": 1000, "chains": 2, "cores": 1, "progressbar": False, **opts}
+    weak = sample(model=model, random_seed=seed, **kwargs)
+    idata = forward_correction(weak, model, random_seed=seed, progressbar=False)
+    a = idata.attrs
+    extra = {k: a[k] for k in ("route", "pareto_k", "importance_ess", "n_forward_solves")}
+    ok = a["route"] == "importance"
+    if not ok:
+        extra["r_hat_max"] = float(az.rhat(idata, var_names=["p"])["p"].max())
+        extra["divergences"] = int(idata.sample_stats["diverging"].sum())
+        ok = extra["r_hat_max"] < 1.05 and extra["divergences"] == 0
+    record["extra"] = extra
+    record["success"] = bool(ok)
+    record["message"] = f"{a['route']}, k {a['pareto_k']:.2f}, {a['n_forward_solves']} solves"
+    return idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
 
 
 def _laplace_draws(model, seed, record: dict) -> np.ndarray:

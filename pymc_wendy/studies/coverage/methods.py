@@ -12,7 +12,9 @@ from collections.abc import Iterable
 __all__ = ["BAYES", "parse_methods", "split_estimator"]
 
 #: the Bayesian estimators: one posterior interval each, no covariance kinds
-BAYES = ("nuts", "sft", "laplace")
+BAYES = ("nuts", "sft", "laplace", "forward")
+# those a weak-form bias correction applies to ("forward" is the exact posterior)
+_CORRECTABLE = ("mle", "nuts", "sft", "laplace")
 
 
 def parse_methods(methods: Iterable[str]) -> dict[str, tuple[str, str | None]]:
@@ -54,11 +56,11 @@ def _with_correction(name: str, base: str) -> tuple[str, str]:
     base, plus, correction = base.partition("+")
     if not plus:
         return base, base
-    if base not in ("mle", *BAYES):
+    if base not in _CORRECTABLE:
         raise ValueError(
             f"method {name!r}: a bias correction applies to "
-            + ", ".join(map(repr, ("mle", *BAYES[:-1])))
-            + f" or {BAYES[-1]!r}"
+            + ", ".join(map(repr, _CORRECTABLE[:-1]))
+            + f" or {_CORRECTABLE[-1]!r}"
         )
     return base, f"{base}+{resolve(correction)}"
 

@@ -138,3 +138,19 @@ def test_correction_with_log_normal_noise_and_its_default_initial_prior():
     for name, truth in (("p", prob.p_true), ("sigma", 0.05), ("U_u0", prob.u0)):
         x = np.asarray(post[name]).reshape(post.sizes["draw"], -1)
         assert np.all(np.abs(x.mean(0) - truth) < 4 * x.std(0)), name
+
+
+def test_correction_says_when_no_forward_solve_succeeds():
+    """u' = a u^2 blows up at t = 1 / (a u0): with an initial-state prior far above the data,
+    every proposal's solve fails, and the error says what to change."""
+    ode = pw.ODEModel(lambda t, u, p: [p[0] * u[0] ** 2], states=["u"], params=["a"])
+    t = np.linspace(0.0, 1.0, 41)
+    y = 0.5 / (1.0 - 0.25 * t) + 0.01 * np.random.default_rng(0).standard_normal(t.size)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, 1.0)
+        pw.WeakODELikelihood("U", ode=ode, params=[a], sigma=[0.01], t=t, observed=y[:, None])
+        idata = pw.sample(200, chains=2, progressbar=False, random_seed=0)
+    with pytest.raises(RuntimeError, match="failed .* at every proposal draw"):
+        forward_correction(
+            idata, model, initial_state=pm.Normal.dist(100.0, 1.0, shape=1), progressbar=False
+        )

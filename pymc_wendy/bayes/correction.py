@@ -6,7 +6,8 @@ priors, the exact Gaussian or log-normal likelihood of the data around the ODE s
 initial state a parameter). The weak posterior is a cheap proposal for it
 (``docs/forward.md``):
 
-1. **Laplace fit** of the forward model, started at the weak posterior's mean.
+1. **Laplace fit** of the forward model (L-BFGS in units of the weak sds, from the weak
+   mean and the weak draw of largest density; new initial states fitted first).
 2. **importance weights** ("importance"): the weak draws, in the unconstrained space, are
    mapped affinely onto the Laplace approximation (mean and covariance), which keeps their
    shape and gives their density (the weak posterior's at the original draw, times a

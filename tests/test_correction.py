@@ -39,7 +39,13 @@ def _moments(result) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("method", "proposal"), [("importance", "moved"), ("importance", "laplace_t"), ("nuts", "auto")]
+    ("method", "proposal"),
+    [
+        ("importance", "moved"),
+        ("importance", "laplace_t"),
+        ("importance", "adapted_t"),
+        ("nuts", "auto"),
+    ],
 )
 def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
     model, idata, mean, cov = drift

@@ -13,11 +13,12 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    shape and gives their density (the weak posterior's at the original draw, times a
    constant); a new initial state is drawn from the Laplace conditional, its sd widened by
    :data:`PROPOSAL_WIDENING`. The log-weights (forward log-density minus proposal
-   log-density) are Pareto-smoothed (ArviZ's PSIS). When their Pareto ``k`` is too large, a
-   second proposal is tried, ``S`` draws of a multivariate t around the Laplace
-   approximation (heavier tails than any Gaussian fit), and the one with the smaller ``k``
-   kept. When ``k`` is at most ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a
-   weighted resample. One forward solve per draw.
+   log-density) are Pareto-smoothed (ArviZ's PSIS). While their Pareto ``k`` is too large,
+   further proposals are tried: ``S`` draws of a multivariate t around the Laplace
+   approximation (heavier tails than any Gaussian fit), then of a t with those draws'
+   weighted mean and covariance; the one with the smallest ``k`` is kept. When ``k`` is at
+   most ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a weighted resample. One
+   forward solve per draw.
 3. **warm-started NUTS** ("nuts"), when ``k`` is larger: PyMC's NUTS on the forward model,
    every chain started at a proposal draw, the Laplace covariance as the mass matrix, a short
    tuning phase that adapts the step size only. One sensitivity solve per gradient.
@@ -53,7 +54,14 @@ PROPOSAL_WIDENING = 1.5
 # when the moved weak draws' k is too large: heavy enough tails to cover a skewed target.
 LAPLACE_T_DF = 3
 _METHODS = ("auto", "importance", "nuts")
-_PROPOSALS = ("auto", "moved", "laplace_t")
+_PROPOSALS = ("auto", "moved", "laplace_t", "adapted_t")
+# the proposals each choice weighs, in order ("adapted_t" is fitted to the "laplace_t" draws)
+_CANDIDATES = {
+    "auto": _PROPOSALS[1:],
+    "moved": ("moved",),
+    "laplace_t": ("laplace_t",),
+    "adapted_t": ("laplace_t", "adapted_t"),
+}
 # draws at which a sampler's stored log-density is checked against the model's
 _CHECKED_DRAWS = 5
 # prior draws of a new initial state tried as starts of the Laplace fit
@@ -86,12 +94,14 @@ def forward_correction(
     method : {"auto", "importance", "nuts"}
         The route (module doc). ``"importance"`` returns the reweighted draws even when the
         Pareto ``k`` is large (with a warning); ``"nuts"`` skips the reweighting.
-    proposal : {"auto", "moved", "laplace_t"}
+    proposal : {"auto", "moved", "laplace_t", "adapted_t"}
         The importance proposal: the weak draws moved onto the forward model's Laplace
-        approximation, or a multivariate t (:data:`LAPLACE_T_DF` degrees of freedom) around
-        that approximation. ``"auto"`` tries the moved draws first and the t as well when
-        their ``k`` is too large, and keeps the one with the smaller ``k``. The NUTS route
-        starts its chains at draws of the kept proposal.
+        approximation; a multivariate t (:data:`LAPLACE_T_DF` degrees of freedom) around
+        that approximation; or a t with the weighted mean and covariance of the
+        ``"laplace_t"`` draws (one step of adaptive importance sampling). ``"auto"`` tries
+        them in this order, each only while the Pareto ``k`` so far is too large, and keeps
+        the one with the smallest ``k``. The NUTS route starts its chains at draws of the
+        kept proposal.
     initial_state : distribution or mapping, optional
         Prior of the initial state of terms without one
         (:func:`~pymc_wendy.bayes.forward.forward_model`).
@@ -108,7 +118,7 @@ def forward_correction(
     DataTree
         ``posterior`` of the forward-solve model (every free variable, initial states
         included) and ``observed_data``. ``attrs``: ``route`` ("importance" or "nuts"),
-        ``proposal`` ("moved" or "laplace_t"), ``pareto_k``, ``khat_threshold``,
+        ``proposal`` (the kept one), ``pareto_k``, ``khat_threshold``,
         ``importance_ess`` (the weights' effective sample size), ``n_forward_solves``,
         ``time_s``. The importance route also keeps the
         proposal draws with their Pareto-smoothed ``log_weight`` in a ``proposal`` group.
@@ -421,21 +431,27 @@ def _reweight(idata, model, fmodel, terms, proposal: str, rng, progressbar: bool
         cov = np.diag(step**2)
         cov[np.ix_(shared, shared)] = np.cov(Zw, rowvar=False)
     best = None
-    for kind in ("moved", "laplace_t"):
-        if proposal not in ("auto", kind):
-            continue
-        if kind == "laplace_t" and best is not None:
-            # the second candidate only where the first is not good enough
-            if not laplace_ok or best["k"] <= best["threshold"]:
-                break
+    for kind in _CANDIDATES[proposal]:
+        if proposal == "auto" and best and (not laplace_ok or best["k"] <= best["threshold"]):
+            break  # a further candidate only where the ones so far are not good enough
         if kind == "moved":
             Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
+        elif kind == "laplace_t":
+            Z, log_q = _t_draws(mode, cov, Zw.shape[0], rng)
         else:
-            Z, log_q = _laplace_t(mode, cov, Zw.shape[0], rng)
+            Z, log_q = _t_draws(*_weighted_moments(best), Zw.shape[0], rng)
         log_w = _forward_logp(forward, Z, progressbar) - log_q
         this = {**_smoothed(log_w, idata), "Z": Z, "proposal": kind}
-        best = this if best is None or this["k"] < best["k"] else best
+        keep = best is None or proposal != "auto" or this["k"] < best["k"]
+        best = this if keep else best
     return {**best, "forward": forward, "mode": mode, "cov": cov, "laplace_ok": laplace_ok}
+
+
+def _weighted_moments(weighted: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and covariance of a weighted proposal's draws (the target's, estimated)."""
+    w, Z = np.exp(weighted["log_weight"]), weighted["Z"]
+    mean = w @ Z
+    return mean, ((Z - mean).T * w) @ (Z - mean)
 
 
 def _starts(forward: _Forward, Zw, log_qw, shared, new, rng) -> tuple[list, np.ndarray]:
@@ -477,11 +493,11 @@ def _initial_state_start(forward: _Forward, x0: np.ndarray, new: np.ndarray, rng
     return candidates[int(np.argmax(logp))] if np.isfinite(logp).any() else x0
 
 
-def _laplace_t(mode, cov, S: int, rng) -> tuple[np.ndarray, np.ndarray]:
-    """``S`` draws of the multivariate t around the Laplace approximation
-    (:data:`LAPLACE_T_DF` degrees of freedom) and their log-densities."""
-    dist = stats.multivariate_t(loc=mode, shape=cov, df=LAPLACE_T_DF, seed=rng)
-    Z = np.reshape(dist.rvs(size=S), (S, mode.size))
+def _t_draws(loc, shape, S: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """``S`` draws of a multivariate t (:data:`LAPLACE_T_DF` degrees of freedom) and their
+    log-densities."""
+    dist = stats.multivariate_t(loc=loc, shape=shape, df=LAPLACE_T_DF, seed=rng)
+    Z = np.reshape(dist.rvs(size=S), (S, loc.size))
     return Z, dist.logpdf(Z)
 
 

@@ -50,12 +50,14 @@ import xarray as xr
 import pymc_wendy as pw
 
 # each case's name in benchmarks/peers.py (the numpyro worker takes its problem from it)
-PEER_CASE = {"lotka_volterra": "lv", "fitzhugh_nagumo": "fhn"}
+PEER_CASE = {"lotka_volterra": "lv", "fitzhugh_nagumo": "fhn", "lorenz": "lorenz"}
 CASES = {
     "lv21": ("lotka_volterra", {"n_points": 21, "noise_ratio": 0.1}),
     "lv41": ("lotka_volterra", {"n_points": 41, "noise_ratio": 0.1}),
     "fhn10": ("fitzhugh_nagumo", {"subsample": 2, "noise_ratio": 0.1}),
     "fhn20": ("fitzhugh_nagumo", {"subsample": 2, "noise_ratio": 0.2}),
+    # on demand (--cases lorenz): a cold reference may not finish (--ref-budget)
+    "lorenz": ("lorenz", {"n_points": 513, "noise_ratio": 0.1}),
 }
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import pymc_wendy as pw
+from pymc_wendy.studies.coverage import summarize
 
 HERE = Path(__file__).resolve().parent
 CELLS = {
@@ -41,26 +42,23 @@ def run_cell(name: str, args) -> dict:
         n_datasets=args.n_datasets, store=store, max_workers=args.workers,
         sample_options={"draws": 1000, "tune": 1000, "chains": 2},
     )  # fmt: skip
-    run = ds.sel(estimator="forward").squeeze()
-    covered = run["covered"].values  # (param, dataset), nan where not run
-    done = np.isfinite(covered).all(axis=0)
-    c = covered[:, done]
-    n = int(done.sum())
+    summary = summarize(ds).sel(estimator="forward").squeeze()
     records = [json.loads(line) for line in (store / "runs.jsonl").read_text().splitlines()]
     extra = [r["extra"] for r in records if r.get("extra")]
     routes = [e["route"] for e in extra]
-    per = c.mean(axis=1)
     return {
         "cell": name,
-        "n": n,
-        "coverage": per.round(3).tolist(),
-        "coverage_se": np.sqrt(per * (1 - per) / max(n, 1)).round(3).tolist(),
-        "pooled": round(float(c.mean()), 3),
-        "success_rate": round(float(run["success"].values[done].mean()), 3),
-        "routes": {r: routes.count(r) for r in set(routes)},
+        "n": int(summary["n"].min()),
+        "coverage": summary["coverage"].values.round(3).tolist(),
+        "coverage_se": summary["coverage_se"].values.round(3).tolist(),
+        "zscore_sd": summary["zscore_sd"].values.round(2).tolist(),
+        "pooled": round(float(summary["coverage"].mean()), 3),
+        "success_rate": round(1.0 - float(summary["not_ok_rate"]), 3),
+        "routes": {r: routes.count(r) for r in sorted(set(routes))},
         "pareto_k_median": round(float(np.median([e["pareto_k"] for e in extra])), 3),
-        "wall_s_median": round(float(np.median(run["wall_time"].values[done])), 1),
-        "params": list(run["param"].values),
+        "importance_ess_median": round(float(np.median([e["importance_ess"] for e in extra])), 1),
+        "wall_s_median": round(float(summary["wall_time"]), 1),
+        "params": [str(p) for p in summary["param"].values],
     }
 
 
@@ -76,9 +74,10 @@ def main() -> None:
         cover = dict(zip(r["params"], r["coverage"], strict=True))
         print(
             f"\n{name}: {r['n']} data sets, coverage {cover} "
-            f"(MC se {r['coverage_se']}), pooled {r['pooled']}; success {r['success_rate']}; "
-            f"routes {r['routes']}, median k {r['pareto_k_median']}, median "
-            f"{r['wall_s_median']} s per data set"
+            f"(MC se {r['coverage_se']}, z sd {r['zscore_sd']}), pooled {r['pooled']}; "
+            f"success {r['success_rate']}; routes {r['routes']}, median k "
+            f"{r['pareto_k_median']}, median importance ESS {r['importance_ess_median']}; "
+            f"mean {r['wall_s_median']} s per data set"
         )
 
 

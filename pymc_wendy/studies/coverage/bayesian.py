@@ -166,7 +166,8 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     weak = sample(model=model, random_seed=seed, **kwargs)
     idata = forward_correction(weak, model, random_seed=seed, progressbar=False)
     a = idata.attrs
-    extra = {k: a[k] for k in ("route", "pareto_k", "importance_ess", "n_forward_solves")}
+    keys = ("route", "proposal", "pareto_k", "importance_ess", "n_forward_solves")
+    extra = {k: a[k] for k in keys}
     ok = a["route"] == "importance"
     if not ok:
         extra["r_hat_max"] = float(az.rhat(idata, var_names=["p"])["p"].max())

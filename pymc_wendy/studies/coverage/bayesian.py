@@ -168,11 +168,13 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     a = idata.attrs
     keys = ("route", "proposal", "pareto_k", "importance_ess", "n_forward_solves")
     extra = {k: a[k] for k in keys}
-    ok = a["route"] == "importance"
-    if not ok:
+    extra["weak_r_hat_max"] = float(az.rhat(weak, var_names=["p"])["p"].max())
+    extra["weak_divergences"] = int(weak.sample_stats["diverging"].sum())
+    ok = extra["weak_r_hat_max"] < 1.05 and extra["weak_divergences"] == 0
+    if a["route"] == "nuts":
         extra["r_hat_max"] = float(az.rhat(idata, var_names=["p"])["p"].max())
         extra["divergences"] = int(idata.sample_stats["diverging"].sum())
-        ok = extra["r_hat_max"] < 1.05 and extra["divergences"] == 0
+        ok = ok and extra["r_hat_max"] < 1.05 and extra["divergences"] == 0
     record["extra"] = extra
     record["success"] = bool(ok)
     record["message"] = f"{a['route']}, k {a['pareto_k']:.2f}, {a['n_forward_solves']} solves"

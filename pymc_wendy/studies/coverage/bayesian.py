@@ -143,22 +143,32 @@ def _mcmc_draws(method: str, model, seed, opts: dict, record: dict) -> np.ndarra
             idata = sample_sft(model=model, random_seed=seed, keep_rungs=False, **kwargs)
     else:
         idata = sample(model=model, random_seed=seed, **kwargs)
-    draws = idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
-    rhat = float(az.rhat(idata, var_names=["p"])["p"].max())
+    rhat, div, converged = _converged(idata)
     ess = float(az.ess(idata, var_names=["p"])["p"].min())
-    div = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
     record["extra"] = {"r_hat_max": rhat, "ess_bulk_min": ess, "divergences": div}
-    record["success"] = bool(rhat < 1.05 and div == 0)
+    record["success"] = converged
     record["message"] = f"r_hat max {rhat:.3f}, min ESS {ess:.0f}, {div} divergences"
-    return draws
+    return _draws(idata)
+
+
+def _converged(idata) -> tuple[float, int, bool]:
+    """Max R-hat of ``p``, divergences, and whether the run counts as converged (R-hat <
+    1.05 and nothing diverged)."""
+    import arviz as az
+
+    rhat = float(az.rhat(idata, var_names=["p"])["p"].max())
+    div = int(idata.sample_stats["diverging"].sum()) if "diverging" in idata.sample_stats else 0
+    return rhat, div, bool(rhat < 1.05 and div == 0)
+
+
+def _draws(idata) -> np.ndarray:
+    return idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
 
 
 def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     """Draws ``(draw, param)`` of the forward-solve posterior: NUTS on the weak model, then
     :func:`~pymc_wendy.forward_correction`; its route and diagnostics into ``record`` (a run
     succeeds when the weak chains converged and the correction's route is trustworthy)."""
-    import arviz as az
-
     from pymc_wendy.bayes.correction import forward_correction
     from pymc_wendy.bayes.sampling import sample
 
@@ -168,17 +178,14 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     a = idata.attrs
     keys = ("route", "proposal", "pareto_k", "importance_ess", "n_forward_solves")
     extra = {k: a[k] for k in keys}
-    extra["weak_r_hat_max"] = float(az.rhat(weak, var_names=["p"])["p"].max())
-    extra["weak_divergences"] = int(weak.sample_stats["diverging"].sum())
-    ok = extra["weak_r_hat_max"] < 1.05 and extra["weak_divergences"] == 0
+    extra["weak_r_hat_max"], extra["weak_divergences"], ok = _converged(weak)
     if a["route"] == "nuts":
-        extra["r_hat_max"] = float(az.rhat(idata, var_names=["p"])["p"].max())
-        extra["divergences"] = int(idata.sample_stats["diverging"].sum())
-        ok = ok and extra["r_hat_max"] < 1.05 and extra["divergences"] == 0
+        extra["r_hat_max"], extra["divergences"], nuts_ok = _converged(idata)
+        ok = ok and nuts_ok
     record["extra"] = extra
-    record["success"] = bool(ok)
+    record["success"] = ok
     record["message"] = f"{a['route']}, k {a['pareto_k']:.2f}, {a['n_forward_solves']} solves"
-    return idata.posterior["p"].stack(s=("chain", "draw")).transpose("s", "param").values
+    return _draws(idata)
 
 
 def _laplace_draws(model, seed, record: dict) -> np.ndarray:

@@ -63,9 +63,11 @@ def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
     assert result.attrs["route"] == method
     sd = np.sqrt(np.diag(cov))
     m, s = _moments(result)
-    # Monte Carlo error: importance draws carry importance_ess independent draws' worth;
-    # NUTS draws at least a few hundred (two chains of 1000 on a Gaussian target)
-    ess = result.attrs["importance_ess"] if method == "importance" else 400.0
+    # Monte Carlo error: importance draws carry importance_ess independent draws' worth, and
+    # resampling them to S draws adds the error of S draws; NUTS draws at least a few
+    # hundred (two chains of 1000 on a Gaussian target)
+    S = idata.posterior.sizes["chain"] * idata.posterior.sizes["draw"]
+    ess = 1 / (1 / result.attrs["importance_ess"] + 1 / S) if method == "importance" else 400.0
     assert np.all(np.abs(m - mean) < 4 * sd / np.sqrt(ess)), (m, mean, sd)
     # the sd of a sd estimate from n draws is about sd / sqrt(2 n)
     assert np.all(np.abs(s / sd - 1) < 4 / np.sqrt(2 * ess)), (s, sd)
@@ -73,6 +75,31 @@ def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
         assert result.attrs["proposal"] == proposal
         assert result.attrs["pareto_k"] <= result.attrs["khat_threshold"]
         assert "log_weight" in result["proposal"]
+
+
+def test_adaptive_proposal_adds_batches_until_the_target_ess(drift):
+    """An ESS target above what one batch can give: the adaptive t adds batches up to
+    max_batches, weighs all of them (the proposal group holds every draw) and gains ESS."""
+    model, idata, mean, cov = drift
+    S = idata.posterior.sizes["chain"] * idata.posterior.sizes["draw"]
+    kwargs = {
+        "method": "importance",
+        "initial_state": pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1),
+        "random_seed": 2,
+        "progressbar": False,
+    }
+    one = forward_correction(idata, model, proposal="laplace_t", **kwargs)
+    pooled = forward_correction(
+        idata, model, proposal="adapted_t", target_ess=10 * S, max_batches=3, **kwargs
+    )
+    assert pooled["proposal"].sizes["chain"] * pooled["proposal"].sizes["draw"] == 3 * S
+    assert pooled.posterior.sizes["draw"] == S
+    assert pooled.attrs["importance_ess"] > 2 * one.attrs["importance_ess"]
+    m, s = _moments(pooled)
+    sd = np.sqrt(np.diag(cov))
+    ess = 1 / (1 / pooled.attrs["importance_ess"] + 1 / S)
+    assert np.all(np.abs(m - mean) < 4 * sd / np.sqrt(ess)), (m, mean, sd)
+    assert np.all(np.abs(s / sd - 1) < 4 / np.sqrt(2 * ess)), (s, sd)
 
 
 def test_correction_refuses_an_unknown_method_or_proposal(drift):
@@ -106,6 +133,12 @@ def test_hostile_correction_options(drift):
         forward_correction(idata, model, initial_state=pm.Normal.dist(0.0, 1.0, shape=2))
     with pytest.raises(TypeError, match="a DataTree with a posterior group"):
         forward_correction(idata.posterior, model)
+    for bad in (0, -5.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="target_ess must be a positive number"):
+            forward_correction(idata, model, target_ess=bad)
+    for bad in (0, 2.5):
+        with pytest.raises(ValueError, match="max_batches must be an integer >= 1"):
+            forward_correction(idata, model, max_batches=bad)
     # draws of another model: named, early
     other = idata.copy()
     other["posterior"] = other.posterior.to_dataset().rename({"a": "b"})

@@ -38,8 +38,8 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import xarray as xr
-from pytensor.graph.replace import graph_replace
-from pytensor.graph.traversal import apply_ancestors
+from pytensor.graph.replace import graph_replace, vectorize_graph
+from pytensor.graph.traversal import ancestors, apply_ancestors
 from scipy import optimize, stats
 
 from pymc_wendy._progress import ProgressBar
@@ -225,10 +225,11 @@ def _split(model: pm.Model, x: pt.TensorVariable) -> tuple[dict, dict[str, np.nd
 class _Space:
     """A model's unconstrained space, raveled as NUTS sees it.
 
-    ``evaluate(x)`` gives the log-density of everything but the weak/forward terms (priors
-    with their Jacobians, other observed variables, potentials), the constrained values of
-    the free variables and the ``extra`` graphs; ``from_constrained`` maps posterior draws
-    into the space.
+    ``evaluate(X)`` gives, at every row of ``X``, the log-density of everything but the
+    weak/forward terms (priors with their Jacobians, other observed variables, potentials),
+    the constrained values of the free variables and the ``extra`` graphs;
+    ``from_constrained`` maps posterior draws into the space. Both are vectorised over the
+    draws (one call per batch, not one per draw).
     """
 
     def __init__(self, model: pm.Model, skip: list[str], extra: list | None = None):
@@ -240,23 +241,38 @@ class _Space:
         logp = model.logp(vars=keep, jacobian=True)
         outs = [logp, *model.replace_rvs_by_values([*self.rvs, *(extra or [])])]
         outs = graph_replace(outs, split, strict=False)
-        self._fn = pytensor.function([x], outs, on_unused_input="ignore", mode="FAST_COMPILE")
+        self._fn = _batched([x], outs)
         to_value = []
         for rv in self.rvs:
             tr = model.rvs_to_transforms.get(rv)
             to_value.append(rv if tr is None else tr.forward(rv, *rv.owner.inputs))
         holders = [rv.type() for rv in self.rvs]
         graphs = graph_replace(to_value, dict(zip(self.rvs, holders, strict=True)), strict=False)
-        self._to = pytensor.function(holders, graphs, on_unused_input="ignore", mode="FAST_COMPILE")
+        self._to = _batched(holders, graphs)
 
     def from_constrained(self, values: dict[str, np.ndarray]) -> np.ndarray:
-        S = values[self.rvs[0].name].shape[0]
-        rows = [self._to(*(values[rv.name][s] for rv in self.rvs)) for s in range(S)]
-        return np.array([np.concatenate([np.ravel(c) for c in row]) for row in rows])
+        """Posterior draws (each variable ``(S, ...)``) as rows of the space, ``(S, size)``."""
+        cols = self._to(*(np.asarray(values[rv.name], dtype=float) for rv in self.rvs))
+        return np.column_stack([np.reshape(c, (c.shape[0], -1)) for c in cols])
 
-    def evaluate(self, x: np.ndarray) -> list:
-        """``[log-density, constrained value of every free variable..., extras...]``."""
-        return self._fn(np.asarray(x, dtype=float))
+    def evaluate(self, X: np.ndarray) -> list:
+        """``[log-density, constrained value of every free variable..., extras...]`` at the
+        rows of ``X``, each with a leading axis of draws."""
+        return self._fn(np.atleast_2d(np.asarray(X, dtype=float)))
+
+
+def _batched(inputs: list, outputs: list):
+    """A compiled function of ``inputs`` with a leading batch axis added to each, computing
+    ``outputs`` at every batch element (pytensor's graph vectorisation)."""
+    batch = [pt.tensor(dtype=v.dtype, shape=(None, *v.type.shape)) for v in inputs]
+    vectorised = vectorize_graph(outputs, replace=dict(zip(inputs, batch, strict=True)))
+    n = batch[0].shape[0]
+    # an output that depends on no input (a fixed noise level) comes back without the axis
+    vectorised = [
+        v if set(ancestors([v])) & set(batch) else pt.broadcast_to(v, (n, *o.shape))
+        for v, o in zip(vectorised, outputs, strict=True)
+    ]
+    return pytensor.function(batch, vectorised, on_unused_input="ignore", mode="FAST_COMPILE")
 
 
 def _term_parameters(fmodel: pm.Model, term: ForwardTerm) -> list:
@@ -282,24 +298,30 @@ class _Forward:
         self._u0 = [names.index(t.initial_state) if t.initial_state else None for t in terms]
         self.n_solves = 0
 
-    def logp(self, x: np.ndarray) -> float:
-        out = self.space.evaluate(x)
+    def logp(self, X: np.ndarray, bar: ProgressBar | None = None) -> np.ndarray:
+        """The forward log-density at every row of ``X`` (one solve per row)."""
+        out = self.space.evaluate(X)
         n = len(self.space.rvs)
-        total = float(out[0])
-        for k, term in enumerate(self.terms):
-            p, sigma = out[1 + n + 2 * k], out[2 + n + 2 * k]
-            j = self._u0[k]
-            u0 = term.likelihood.initial_state.u0 if j is None else out[1 + j]
-            self.n_solves += 1
-            try:
-                U = term.op.solve_values(p, u0)
-            except SolveFailed:
-                return -np.inf
-            total += _gauss_loglik(U, term.likelihood.U, sigma, term.likelihood.noise)
+        total = np.asarray(out[0], dtype=float).copy()
+        for i in range(total.size):
+            for k, term in enumerate(self.terms):
+                p, sigma = out[1 + n + 2 * k][i], out[2 + n + 2 * k][i]
+                j = self._u0[k]
+                u0 = term.likelihood.initial_state.u0 if j is None else out[1 + j][i]
+                self.n_solves += 1
+                try:
+                    U = term.op.solve_values(p, u0)
+                except SolveFailed:
+                    total[i] = -np.inf
+                    break
+                total[i] += _gauss_loglik(U, term.likelihood.U, sigma, term.likelihood.noise)
+            if bar is not None:
+                bar.update(advance=1)
         return total
 
-    def constrained(self, x: np.ndarray) -> dict[str, np.ndarray]:
-        out = self.space.evaluate(x)
+    def constrained(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """Every free variable's constrained value at the rows of ``X``, ``(S, ...)``."""
+        out = self.space.evaluate(X)
         return {rv.name: out[1 + i] for i, rv in enumerate(self.space.rvs)}
 
 
@@ -335,10 +357,10 @@ def _weak_logp(idata, model: pm.Model, Zw: np.ndarray) -> np.ndarray:
         if stored.size != S or not np.all(np.isfinite(stored)):
             continue
         check = np.unique(np.linspace(0, S - 1, _CHECKED_DRAWS).astype(int))
-        diff = np.array([float(full.evaluate(Zw[i])[0]) for i in check]) - stored[check]
+        diff = full.evaluate(Zw[check])[0] - stored[check]
         if np.ptp(diff) <= 1e-6 * (1.0 + np.max(np.abs(stored[check]))):
             return stored
-    return np.array([float(full.evaluate(z)[0]) for z in Zw])
+    return np.asarray(full.evaluate(Zw)[0], dtype=float)
 
 
 class _Gradient:
@@ -557,27 +579,21 @@ def _initial_state_start(forward: _Forward, x0: np.ndarray, new: np.ndarray, rng
     ]
     n = _INITIAL_STATE_DRAWS
     draws = pm.draw([forward.model[name] for name in names], draws=n, random_seed=rng)
-    values = {
-        k: np.repeat(np.asarray(v)[None], n, axis=0) for k, v in forward.constrained(x0).items()
-    }
+    values = {k: np.repeat(v, n, axis=0) for k, v in forward.constrained(x0).items()}
     values.update(zip(names, draws, strict=True))
     candidates = np.repeat(x0[None], n + 1, axis=0)
     candidates[1:, new] = forward.space.from_constrained(values)[:, new]
-    logp = np.array([forward.logp(x) for x in candidates])
+    logp = forward.logp(candidates)
     return candidates[int(np.argmax(logp))] if np.isfinite(logp).any() else x0
 
 
 def _forward_logp(forward: _Forward, Z: np.ndarray, progressbar: bool) -> np.ndarray:
     """The forward log-density at every proposal draw (one solve each), with progress."""
     bar = ProgressBar(progressbar, "forward solves", Z.shape[0], "")
-    out = np.empty(Z.shape[0])
     try:
-        for i, z in enumerate(Z):
-            out[i] = forward.logp(z)
-            bar.update(advance=1)
+        return forward.logp(Z, bar)
     finally:
         bar.close()
-    return out
 
 
 def _moved(Zw, log_qw, mode, cov, shared, new, rng):
@@ -633,15 +649,10 @@ def _resampled(weighted: dict, idata, rng) -> xr.DataTree:
     u = (rng.random() + np.arange(S)) / S
     idx = np.minimum(np.searchsorted(np.cumsum(w), u), w.size - 1)
     forward, Z = weighted["forward"], weighted["Z"]
-    rows = {i: forward.constrained(Z[i]) for i in np.unique(idx)}
-    names = list(next(iter(rows.values())))
-    post = {n: np.stack([rows[i][n] for i in idx])[None] for n in names}
+    every = forward.constrained(Z)
+    post = {n: v[idx][None] for n, v in every.items()}
     chains = idata.posterior.sizes["chain"]
-    every = [forward.constrained(z) for z in Z]
-    proposal = {
-        n: np.stack([r[n] for r in every]).reshape(chains, -1, *np.shape(every[0][n]))
-        for n in names
-    }
+    proposal = {n: v.reshape(chains, -1, *v.shape[1:]) for n, v in every.items()}
     proposal["log_weight"] = weighted["log_weight"].reshape(chains, -1)
     model = forward.model
     tree = xr.DataTree.from_dict(
@@ -672,7 +683,8 @@ def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progre
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
-    initvals = [forward.constrained(Z[i]) for i in starts]
+    values = forward.constrained(Z[starts])
+    initvals = [{n: v[c] for n, v in values.items()} for c in range(chains)]
     with fmodel:
         step = pm.NUTS(
             scaling=weighted["cov"], is_cov=True, target_accept=target_accept,

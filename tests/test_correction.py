@@ -3,6 +3,7 @@
 import numpy as np
 import pymc as pm
 import pytest
+import xarray as xr
 
 import pymc_wendy as pw
 from pymc_wendy.bayes.correction import forward_correction
@@ -47,7 +48,7 @@ def _moments(result) -> tuple[np.ndarray, np.ndarray]:
         ("nuts", "auto"),
     ],
 )
-def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
+def test_correction_recovers_the_closed_form_posterior(drift, method, proposal, tmp_path):
     model, idata, mean, cov = drift
     result = forward_correction(
         idata,
@@ -75,6 +76,10 @@ def test_correction_recovers_the_closed_form_posterior(drift, method, proposal):
         assert result.attrs["proposal"] == proposal
         assert result.attrs["pareto_k"] <= result.attrs["khat_threshold"]
         assert "log_weight" in result["proposal"]
+    # a result is kept the ArviZ way: every group and attribute survives netCDF
+    result.to_netcdf(tmp_path / "corrected.nc")
+    back = xr.open_datatree(tmp_path / "corrected.nc")
+    assert back.attrs["route"] == method and set(back.children) == set(result.children)
 
 
 def test_adaptive_proposal_adds_batches_until_the_target_ess(drift):

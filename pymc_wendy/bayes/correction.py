@@ -132,7 +132,8 @@ def forward_correction(
         ``posterior`` of the forward-solve model (every free variable, initial states
         included) and ``observed_data``. ``attrs``: ``route`` ("importance" or "nuts"),
         ``proposal`` (the kept one), ``pareto_k``, ``khat_threshold``,
-        ``importance_ess`` (the weights' effective sample size), ``n_forward_solves``,
+        ``importance_ess`` (the weights' effective sample size), ``laplace_ok`` (1 when the
+        Laplace fit converged to a proper covariance, else 0), ``n_forward_solves``,
         ``time_s``. The importance route also keeps the proposal draws with their
         Pareto-smoothed ``log_weight`` in a ``proposal`` group, and resamples as many draws
         as ``idata`` has.
@@ -167,7 +168,7 @@ def forward_correction(
         "pareto_k": weighted["k"],
         "khat_threshold": weighted["threshold"],
         "importance_ess": weighted["ess"],
-        "laplace_ok": weighted["laplace_ok"],
+        "laplace_ok": int(weighted["laplace_ok"]),  # netCDF attributes cannot be booleans
         "proposal": weighted["proposal"],
     }
     forward = weighted["forward"]
@@ -336,9 +337,9 @@ def _gauss_loglik(U, Y, sigma, noise: str) -> float:
         z = (Y - U) / sigma
         extra = 0.0
     n = Y.shape[0]
-    return float(
-        -0.5 * np.sum(z**2) - n * np.sum(np.log(sigma)) - 0.5 * z.size * np.log(2 * np.pi) + extra
-    )
+    with np.errstate(over="ignore"):  # a solution far from the data: density zero, -inf
+        ss = np.sum(z**2)
+    return float(-0.5 * ss - n * np.sum(np.log(sigma)) - 0.5 * z.size * np.log(2 * np.pi) + extra)
 
 
 def _weak_logp(idata, model: pm.Model, Zw: np.ndarray) -> np.ndarray:

@@ -167,8 +167,12 @@ def _draws(idata) -> np.ndarray:
 
 def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     """Draws ``(draw, param)`` of the forward-solve posterior: NUTS on the weak model, then
-    :func:`~pymc_wendy.forward_correction`; its route and diagnostics into ``record`` (a run
-    succeeds when the weak chains converged and the correction's route is trustworthy)."""
+    :func:`~pymc_wendy.forward_correction`; its route and diagnostics into ``record``.
+
+    A run succeeds when the correction's route is trustworthy (its Pareto ``k``, or the
+    forward NUTS's convergence) and, where the kept proposal is the moved weak draws, whose
+    density is the weak posterior's, when the weak chains converged too. A t proposal's
+    density is exact, so divergent weak chains there cost efficiency, not correctness."""
     from pymc_wendy.bayes.correction import forward_correction
     from pymc_wendy.bayes.sampling import sample
 
@@ -178,10 +182,11 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     a = idata.attrs
     keys = ("route", "proposal", "pareto_k", "importance_ess", "n_forward_solves")
     extra = {k: a[k] for k in keys}
-    extra["weak_r_hat_max"], extra["weak_divergences"], ok = _converged(weak)
+    extra["weak_r_hat_max"], extra["weak_divergences"], weak_ok = _converged(weak)
     if a["route"] == "nuts":
-        extra["r_hat_max"], extra["divergences"], nuts_ok = _converged(idata)
-        ok = ok and nuts_ok
+        extra["r_hat_max"], extra["divergences"], ok = _converged(idata)
+    else:
+        ok = a["pareto_k"] <= a["khat_threshold"] and (weak_ok or a["proposal"] != "moved")
     record["extra"] = extra
     record["success"] = ok
     record["message"] = f"{a['route']}, k {a['pareto_k']:.2f}, {a['n_forward_solves']} solves"

@@ -107,6 +107,9 @@ def forward_correction(
         tries them in this order, each only while the Pareto ``k`` so far is too large or
         the ESS below ``target_ess``, and keeps the best (a ``k`` below the threshold, then
         the largest ESS). The NUTS route starts its chains at draws of the kept proposal.
+    initial_state : distribution or mapping, optional
+        Prior of the initial state of terms without one
+        (:func:`~pymc_wendy.bayes.forward.forward_model`).
     target_ess : float
         The importance ESS the adaptive proposal aims at: batches are added until the
         weights' ESS reaches it (with ``k`` below the threshold) or there are
@@ -115,9 +118,6 @@ def forward_correction(
     max_batches : int
         Most batches of the adaptive proposal (each as many draws as ``idata``'s posterior,
         one forward solve per draw).
-    initial_state : distribution or mapping, optional
-        Prior of the initial state of terms without one
-        (:func:`~pymc_wendy.bayes.forward.forward_model`).
     draws, tune, chains, target_accept : optional
         NUTS route: draws and tuning steps per chain (default chains: as in ``idata``), and
         the step-size adaptation's target.

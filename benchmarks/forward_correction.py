@@ -19,8 +19,9 @@ Per case, one data set, the same PyMC model:
 The time comparison: the reference's time to the corrected posterior's minimum ESS
 (sampling time x ESS_corrected / ESS_reference), against weak sampling + correction. The
 corrected posterior's ESS is its NUTS bulk ESS on the NUTS route; on the importance route
-the weak draws' minimum bulk ESS times ``importance_ess / S`` (the weights' efficiency times
-the chains').
+with the moved weak draws, the weak draws' minimum bulk ESS times ``importance_ess / S`` (the
+weights' efficiency times the chains'); with the t proposals, whose draws are independent,
+``importance_ess`` itself.
 
 Printed per case: the time of each stage, the route, the Pareto k and the importance ESS,
 the reference's minimum bulk ESS, and per variable ``(mean - mean_ref) / sd_ref`` and
@@ -175,9 +176,11 @@ def run_case(name: str, args) -> dict:
     else:
         ref = _pymc_reference(model, prob, data, args)
     attrs = corrected.attrs
-    if attrs["route"] == "importance":
+    if attrs["route"] == "importance" and attrs["proposal"] == "moved":
         S = corrected.posterior.sizes["draw"]
         ess = _min_ess(weak) * attrs["importance_ess"] / S
+    elif attrs["route"] == "importance":
+        ess = attrs["importance_ess"]
     else:
         ess = _min_ess(corrected)
     out = {

@@ -441,7 +441,9 @@ def worker_numpyro(args) -> None:
 
     def model():
         p = numpyro.sample("p", dist.Normal(jnp.asarray(d["p_mu"]), jnp.asarray(d["p_sd"])))
-        sigma = numpyro.sample("sigma", dist.HalfNormal(jnp.ones(D)))
+        # a data file may give the noise level's prior scale (default 1)
+        sigma_sd = jnp.asarray(d["sigma_sd"]) if "sigma_sd" in d else jnp.ones(D)
+        sigma = numpyro.sample("sigma", dist.HalfNormal(sigma_sd))
         u0 = numpyro.sample("u0", dist.Normal(jnp.asarray(d["u0_mu"]), jnp.asarray(d["u0_sd"])))
         sol = diffrax.diffeqsolve(
             term,

@@ -228,3 +228,16 @@ def test_adaptive_mixture_recovers_a_correlated_gaussian_from_a_narrow_start():
     ess = weighted["ess"]
     assert np.all(np.abs(mean) < 4 * sd / np.sqrt(ess)), mean / sd
     assert np.all(np.abs(s / sd - 1) < 4 / np.sqrt(2 * ess)), s / sd
+
+
+def test_nuts_mass_matrix_is_the_weighted_covariance_when_the_weights_carry_enough():
+    from pymc_wendy.bayes.correction import _MASS_ESS_PER_DIM, _mass_matrix
+
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(4000, 2)) * [2.0, 0.5]
+    laplace = np.eye(2)
+    weighted = {"Z": Z, "log_weight": np.full(4000, -np.log(4000)), "cov": laplace}
+    weighted["ess"] = 4000.0
+    np.testing.assert_allclose(_mass_matrix(weighted), np.cov(Z.T, bias=True), rtol=1e-12)
+    weighted["ess"] = _MASS_ESS_PER_DIM * 2 - 1.0  # too few effective draws: the Laplace one
+    assert _mass_matrix(weighted) is laplace

@@ -22,8 +22,9 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    best proposal is kept. When its ``k`` is at most ``min(1 - 1/log10(S), 0.7)`` for ``S``
    draws the result is a weighted resample. One forward solve per draw.
 3. **warm-started NUTS** ("nuts"), when ``k`` is larger: PyMC's NUTS on the forward model,
-   every chain started at a proposal draw, the Laplace covariance as the mass matrix, a short
-   tuning phase that adapts the step size only. One sensitivity solve per gradient.
+   every chain started at a proposal draw, the mass matrix the proposal's weighted
+   covariance (the Laplace one where the weights are too few), a short tuning phase that
+   adapts the step size only, ``target_accept=0.95``. One sensitivity solve per gradient.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ _CANDIDATES = {
 _CHECKED_DRAWS = 5
 # prior draws of a new initial state tried as starts of the Laplace fit
 _INITIAL_STATE_DRAWS = 20
+# effective proposal draws per dimension for their weighted covariance to be NUTS's mass
+# matrix (a covariance from fewer is noisier than the Laplace one)
+_MASS_ESS_PER_DIM = 10
 
 
 def forward_correction(
@@ -80,9 +84,9 @@ def forward_correction(
     target_ess: float = 1000.0,
     max_batches: int = 10,
     draws: int = 1000,
-    tune: int = 300,
+    tune: int = 500,
     chains: int | None = None,
-    target_accept: float = 0.9,
+    target_accept: float = 0.95,
     random_seed: int | None = None,
     progressbar: bool = True,
 ) -> xr.DataTree:
@@ -120,7 +124,8 @@ def forward_correction(
         one forward solve per draw).
     draws, tune, chains, target_accept : optional
         NUTS route: draws and tuning steps per chain (default chains: as in ``idata``), and
-        the step-size adaptation's target.
+        the step-size adaptation's target (0.95: on a 21-point Lotka-Volterra series 0.9
+        gave 64 divergences in 2 x 2000 draws, 0.95 gave 2).
     random_seed : int, optional
         Seed of the proposals, the resampling and NUTS.
     progressbar : bool
@@ -678,9 +683,20 @@ def _dataset(values: Mapping[str, np.ndarray], model: pm.Model) -> xr.Dataset:
     return xr.Dataset(data, coords=coords)
 
 
+def _mass_matrix(weighted: dict) -> np.ndarray:
+    """The importance-weighted covariance of the kept proposal's draws where they carry
+    :data:`_MASS_ESS_PER_DIM` effective draws per dimension, else the Laplace covariance:
+    on sparse series the Laplace fit is 10-20 % too narrow and the weighted draws see the
+    skew (2.5 times the ESS per second on a 21-point Lotka-Volterra series)."""
+    cov = weighted["cov"]
+    if weighted["ess"] < _MASS_ESS_PER_DIM * cov.shape[0]:
+        return cov
+    return _weighted_moments(weighted, cov)[1]
+
+
 def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar):
-    """NUTS on the forward model, each chain started at a proposal draw, the mass matrix the
-    Laplace covariance (step size adapted in ``tune`` steps)."""
+    """NUTS on the forward model, each chain started at a proposal draw, the mass matrix
+    from :func:`_mass_matrix` (step size adapted in ``tune`` steps)."""
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
@@ -688,7 +704,7 @@ def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progre
     initvals = [{n: v[c] for n, v in values.items()} for c in range(chains)]
     with fmodel:
         step = pm.NUTS(
-            scaling=weighted["cov"], is_cov=True, target_accept=target_accept,
+            scaling=_mass_matrix(weighted), is_cov=True, target_accept=target_accept,
             compile_kwargs={"mode": "CVM"},
         )  # fmt: skip
         return pm.sample(

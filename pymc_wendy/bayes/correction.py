@@ -526,6 +526,7 @@ class _TMixture:
     def __init__(self, forward: _Forward, progressbar: bool):
         self.forward, self.progressbar = forward, progressbar
         self.dists, self.Z, self.log_p = [], [], []
+        self._log_q = []  # per batch of draws: every batch's t log-density at them (B, S)
 
     @property
     def n_batches(self) -> int:
@@ -536,10 +537,15 @@ class _TMixture:
         self.dists.append(dist)
         self.Z.append(np.reshape(dist.rvs(size=S), (S, loc.size)))
         self.log_p.append(_forward_logp(self.forward, self.Z[-1], self.progressbar))
-        Z = np.concatenate(self.Z)
+        # each density is evaluated once per batch of draws, not again at every new batch
+        self._log_q = [
+            np.vstack([q, dist.logpdf(Z)]) for q, Z in zip(self._log_q, self.Z[:-1], strict=True)
+        ]
+        self._log_q.append(np.array([d.logpdf(self.Z[-1]) for d in self.dists]))
         # equal batch sizes: the mixture's density is the mean of the batches' (the constant
         # log(n_batches) cancels in the normalised weights)
-        log_q = np.logaddexp.reduce([d.logpdf(Z) for d in self.dists], axis=0)
+        log_q = np.logaddexp.reduce(np.hstack(self._log_q), axis=0)
+        Z = np.concatenate(self.Z)
         return {**_smoothed(np.concatenate(self.log_p) - log_q), "Z": Z}
 
 

@@ -16,63 +16,69 @@ The data flow is one way, and so are the packages:
   studies and plots.
 
 ``docs/architecture.md`` describes the layers and where new code goes.
+
+The names are imported on first use (:func:`__getattr__`): ``import pymc_wendy`` itself, and
+the command line's start-up (``pymc_wendy.cli``), do not import pymc, pytensor or numba.
 """
 
-from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik
-from pymc_wendy.bayes import (
-    SFTWarning,
-    WeakODELikelihood,
-    experiment_log_likelihood,
-    forward_correction,
-    forward_model,
-    initial_values,
-    laplace,
-    sample,
-    sample_sft,
-)
-from pymc_wendy.estimators import (
-    BiasCorrection,
-    FitResult,
-    FitWarning,
-    estimate_initial_state,
-    fit,
-    weak_least_squares,
-    wendy_mle,
-)
-from pymc_wendy.model import (
-    Doses,
-    Input,
-    InputOutput,
-    MissingDataWarning,
-    ODEDefinitionError,
-    ODEModel,
-    SimulatedData,
-    SimulationError,
-    input_output,
-    simulate,
-    solve,
-)
-from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems
-from pymc_wendy.studies import (
-    coverage,
-    open_coverage,
-    plot_intervals,
-    plot_predictive,
-    plot_study,
-    run_coverage,
-)
-from pymc_wendy.weak import (
-    CovarianceError,
-    JointLikelihood,
-    NonFiniteError,
-    ShortSeriesWarning,
-    TestFunctions,
-    WeakLikelihood,
-    WeakLikelihoodError,
-    bias,
-    build_test_functions,
-    estimate_noise,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the same imports
+    from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik
+    from pymc_wendy.bayes import (
+        SFTWarning,
+        WeakODELikelihood,
+        experiment_log_likelihood,
+        forward_correction,
+        forward_model,
+        initial_values,
+        laplace,
+        sample,
+        sample_sft,
+    )
+    from pymc_wendy.estimators import (
+        BiasCorrection,
+        FitResult,
+        FitWarning,
+        estimate_initial_state,
+        fit,
+        weak_least_squares,
+        wendy_mle,
+    )
+    from pymc_wendy.model import (
+        Doses,
+        Input,
+        InputOutput,
+        MissingDataWarning,
+        ODEDefinitionError,
+        ODEModel,
+        SimulatedData,
+        SimulationError,
+        input_output,
+        simulate,
+        solve,
+    )
+    from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems
+    from pymc_wendy.studies import (
+        coverage,
+        open_coverage,
+        plot_intervals,
+        plot_predictive,
+        plot_study,
+        run_coverage,
+    )
+    from pymc_wendy.weak import (
+        CovarianceError,
+        JointLikelihood,
+        NonFiniteError,
+        ShortSeriesWarning,
+        TestFunctions,
+        WeakLikelihood,
+        WeakLikelihoodError,
+        bias,
+        build_test_functions,
+        estimate_noise,
+    )
 
 __version__ = "0.1.0.dev0"
 
@@ -128,6 +134,85 @@ __all__ = [
     "weak_loglik",
     "wendy_mle",
 ]
+
+
+def _load() -> None:
+    """Import the public API into this module's namespace (once, on the first name asked for).
+
+    The same imports as the ``TYPE_CHECKING`` block above, all at once, so that every name and
+    every subpackage they bring in (``pymc_wendy.weak``, ``pymc_wendy.model`` ...) is there as
+    it was when this module imported them eagerly.
+    """
+    from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik  # noqa: F401
+    from pymc_wendy.bayes import (  # noqa: F401
+        SFTWarning,
+        WeakODELikelihood,
+        experiment_log_likelihood,
+        forward_correction,
+        forward_model,
+        initial_values,
+        laplace,
+        sample,
+        sample_sft,
+    )
+    from pymc_wendy.estimators import (  # noqa: F401
+        BiasCorrection,
+        FitResult,
+        FitWarning,
+        estimate_initial_state,
+        fit,
+        weak_least_squares,
+        wendy_mle,
+    )
+    from pymc_wendy.model import (  # noqa: F401
+        Doses,
+        Input,
+        InputOutput,
+        MissingDataWarning,
+        ODEDefinitionError,
+        ODEModel,
+        SimulatedData,
+        SimulationError,
+        input_output,
+        simulate,
+        solve,
+    )
+    from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems  # noqa: F401
+    from pymc_wendy.studies import (  # noqa: F401
+        coverage,
+        open_coverage,
+        plot_intervals,
+        plot_predictive,
+        plot_study,
+        run_coverage,
+    )
+    from pymc_wendy.weak import (  # noqa: F401
+        CovarianceError,
+        JointLikelihood,
+        NonFiniteError,
+        ShortSeriesWarning,
+        TestFunctions,
+        WeakLikelihood,
+        WeakLikelihoodError,
+        bias,
+        build_test_functions,
+        estimate_noise,
+    )
+
+    globals().update(locals())
+
+
+def __getattr__(name: str):
+    # PEP 562: ``import pymc_wendy`` (and ``import pymc_wendy.cli``, the command line's
+    # start-up) no longer pays 3-4 s for pymc, pytensor, numba and arviz; the first public name
+    # asked for loads them all. Dunder probes (copy, pickle, inspect) do not trigger the load.
+    if name.startswith("__") and name.endswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _load()
+    try:
+        return globals()[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
 
 
 def __dir__() -> list[str]:

@@ -1,17 +1,70 @@
 """Command-line entry point: ``pymc-wendy demo`` fits an embedded default problem with PyMC;
-``pymc-wendy coverage`` runs a coverage study (:mod:`pymc_wendy.studies.coverage`)."""
+``pymc-wendy coverage`` runs a coverage study (:mod:`pymc_wendy.studies.coverage`).
+
+Nothing heavy (numpy, pymc, pytensor, numba, arviz) is imported before the arguments are
+parsed: ``--help``, ``--version`` and argument errors answer at once
+(``benchmarks/cli_startup.py``). The names the options accept are therefore listed here
+(:data:`_PROBLEMS`, :data:`_ESTIMATORS` ...) rather than read from the library, and
+``tests/test_cli.py`` checks that they agree with it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
+import traceback
 import warnings
 
-import numpy as np
+PROG = "pymc-wendy"
 
-from pymc_wendy.problems.catalogue import get_problem, list_problems
+#: exit codes; the epilog of ``--help`` and README.md ("Command line") say the same
+EXIT_OK = 0
+EXIT_FAILED = 1  # a run-time error (one line on stderr), or demo's posterior failed its checks
+EXIT_USAGE = 2  # a bad command line (argparse's own code)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
+#: errors of the library and of the user's settings or files: one line on stderr, not a
+#: traceback (``--debug`` shows it); anything else is a bug and keeps its traceback
+_USER_ERRORS = (ValueError, TypeError, RuntimeError, OSError, ArithmeticError)
+
+#: the benchmark problems, as :func:`pymc_wendy.list_problems` lists them
+_PROBLEMS = (
+    "logistic", "lotka_volterra", "fitzhugh_nagumo", "hindmarsh_rose", "protein_transduction",
+    "lorenz", "goodwin_2d", "goodwin_3d", "sir_tdi", "head_acceleration", "pk_oral",
+    "pk_iv_doses", "pk_oral_doses", "pk_two_compartment", "sir",
+)  # fmt: skip
+#: coverage methods (:mod:`pymc_wendy.studies.coverage.methods`): the estimators of ``fit``
+#: with their covariance kinds, the default first (:mod:`pymc_wendy.estimators.registry`) ...
+_ESTIMATORS = {
+    "mle": ("hessian", "sandwich", "gls"),
+    "irls": ("gls", "hessian", "sandwich"),
+    "wls": ("sandwich", "gls", "hessian"),
+    "oels": ("oe",),
+    "hybrid": ("hessian", "oe", "sandwich", "gls"),
+    "deq": ("deq",),
+    "oc": ("oc",),
+    "data2ld": ("data2ld",),
+}
+#: ... the Bayesian ones (no covariance kinds) ...
+_BAYES = ("nuts", "sft", "laplace", "forward")
+#: ... and the bias corrections (:mod:`pymc_wendy.weak.bias`) and the estimators they apply to
+_CORRECTIONS = ("profile", "analytic", "auto")
+_CORRECTABLE = ("mle", "nuts", "sft", "laplace")
+
+_EPILOG = f"""\
+exit codes:
+  {EXIT_OK}    success
+  {EXIT_FAILED}    an error while running: a one-line message on stderr,
+       "{PROG} <command>: error: ..." (--debug shows the traceback);
+       or, for demo, a posterior that failed its checks: an R-hat >= 1.01
+       or at least one divergence
+  {EXIT_USAGE}    a bad command line (an unknown option, a value out of range)
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a coverage study with --store keeps its
+       finished runs, and the same command resumes it
+"""
 
 
 def demo(
@@ -32,10 +85,12 @@ def demo(
     when every R-hat is below 1.01 and there are no divergences, 1 otherwise.
     """
     import arviz as az
+    import numpy as np
     import pymc as pm
 
     from pymc_wendy.bayes.distribution import WeakODELikelihood
     from pymc_wendy.bayes.sampling import initial_values, sample
+    from pymc_wendy.problems.catalogue import get_problem
 
     prob = get_problem(problem)
     data = prob.simulate(n_points=n_points, noise_ratio=noise_ratio, seed=seed)
@@ -74,33 +129,42 @@ def demo(
             draws, tune=tune, chains=chains, random_seed=seed, initvals=start, progressbar=True
         )
     t_sample = time.perf_counter() - t0
-    summary = az.summary(idata, ci_prob=0.95)
-    post = idata.posterior["p"]
-    lo = post.quantile(0.025, dim=("chain", "draw")).values
-    hi = post.quantile(0.975, dim=("chain", "draw")).values
-    summary.insert(0, "true", data.p_true)
-    summary.insert(1, "MAP", p_map)
-    summary["in 95%"] = np.where((lo <= data.p_true) & (data.p_true <= hi), "yes", "no")
     divergences = int(idata.sample_stats["diverging"].sum())
     ess = float(az.ess(idata)["p"].min())
     print(f"\nNUTS ({idata.posterior.attrs.get('inference_library', 'pymc')}): {chains} chains x "
           f"{draws} draws after {tune} tuning steps in {t_sample:.1f} s (incl. compilation); "
           f"min ESS {ess:.0f} ({ess / t_sample:.1f}/s); {divergences} divergences")  # fmt: skip
-    with _pandas_width():
-        print(summary.to_string())
-    covered = int((summary["in 95%"] == "yes").sum())
-    print(f"{covered}/{len(summary)} true values inside their 95 % credible intervals")
+    _print_summary(idata, data.p_true, p_map)
 
     if output:
         _predictive_plot(model, idata, data, ode, predictive_draws, seed, output)
     max_rhat = float(az.rhat(idata)["p"].max())
-    return 0 if max_rhat < 1.01 and divergences == 0 else 1
+    return EXIT_OK if max_rhat < 1.01 and divergences == 0 else EXIT_FAILED
+
+
+def _print_summary(idata, p_true, p_map) -> None:
+    """The ArviZ summary beside the truth and the MAP, and which truths are covered."""
+    import arviz as az
+    import numpy as np
+
+    summary = az.summary(idata, ci_prob=0.95)
+    post = idata.posterior["p"]
+    lo = post.quantile(0.025, dim=("chain", "draw")).values
+    hi = post.quantile(0.975, dim=("chain", "draw")).values
+    summary.insert(0, "true", p_true)
+    summary.insert(1, "MAP", p_map)
+    summary["in 95%"] = np.where((lo <= p_true) & (p_true <= hi), "yes", "no")
+    with _pandas_width():
+        print(summary.to_string())
+    covered = int((summary["in 95%"] == "yes").sum())
+    print(f"{covered}/{len(summary)} true values inside their 95 % credible intervals")
 
 
 def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
+    import numpy as np
     import pymc as pm
 
     from pymc_wendy.studies.plots import plot_predictive
@@ -110,16 +174,19 @@ def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:
     thinned = post.isel(draw=slice(None, None, step))
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a failed solve is reported as NaN
+        # a draw whose solve fails (a far-off draw whose trajectory diverges) is NaN by design:
+        # counted once below rather than warned about draw by draw
+        warnings.filterwarnings("ignore", "predictive draw: the ODE solve failed", RuntimeWarning)
         pp = pm.sample_posterior_predictive(thinned, random_seed=seed, progressbar=False)
-    fig = plot_predictive(
-        data.t, data.U, pp.posterior_predictive["U"], truth=data.U_true, states=ode.states
-    )
+    U = pp.posterior_predictive["U"]
+    fig = plot_predictive(data.t, data.U, U, truth=data.U_true, states=ode.states)
     fig.suptitle(f"{ode.name}: data and 90 % posterior predictive band")
     fig.tight_layout()
     fig.savefig(output, dpi=120)
     n_pp = thinned.sizes["chain"] * thinned.sizes["draw"]
-    print(f"posterior predictive plot ({n_pp} draws, "
+    n_failed = int(np.isnan(U.values).reshape(n_pp, -1).any(axis=1).sum())
+    failed = f", {n_failed} failed to solve (left out of the band)" if n_failed else ""
+    print(f"posterior predictive plot ({n_pp} draws{failed}, "
           f"{time.perf_counter() - t0:.1f} s): {os.path.abspath(output)}")  # fmt: skip
 
 
@@ -136,7 +203,7 @@ class _pandas_width:
         self._ctx.__exit__(*exc)
 
 
-def _run_study(args):
+def _run_study(args: argparse.Namespace):
     from pymc_wendy.studies.coverage import run_coverage
 
     kwargs = {
@@ -151,26 +218,56 @@ def _run_study(args):
     }
     if not args.dask:
         return run_coverage(args.problem, **kwargs)
-    from distributed import Client
-
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise RuntimeError(
+            f"--dask needs Dask's distributed package ({exc}): pip install 'pymc-wendy[dask]'"
+        ) from exc
     with Client(args.dask) as client:
         return run_coverage(args.problem, executor=client.get_executor(), **kwargs)
 
 
-def _coverage(args) -> int:
+def _coverage(args: argparse.Namespace) -> int:
     from pymc_wendy.studies.coverage import open_coverage, summarize, to_table
 
     if args.report:
         ds = open_coverage(args.store)
         print(f"{ds.attrs['n_done']} of {ds.attrs['n_runs']} runs stored")
     else:
+        if not args.store:
+            _warn(
+                "coverage",
+                "without --store the finished runs are not kept (an interrupted "
+                "study starts again from nothing); keep them, and resume, with --store DIR",
+            )
         ds = _run_study(args)
     table = to_table(summarize(ds), ["coverage", "rel_bias", "rel_mse", "coef_error_mean"])
     with _pandas_width():
         print(table.to_string(float_format=lambda v: f"{v:.4g}"))
     if args.table:
         table.to_csv(args.table)
-    return 0
+    return EXIT_OK
+
+
+def _demo(args: argparse.Namespace) -> int:
+    return demo(
+        args.problem, args.points, args.noise, args.seed, args.draws, args.tune,
+        args.chains, args.output or None,
+    )  # fmt: skip
+
+
+def _warn(command: str, message: str) -> None:
+    print(f"{PROG} {command}: warning: {message}", file=sys.stderr)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The exception's message on one line (a multi-line message joined with spaces)."""
+    text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    return text or type(exc).__name__
+
+
+# --- argument types: a bad value is an argparse error (exit 2) ------------------------------
 
 
 def _whole_number(text: str, minimum: int) -> int:
@@ -199,7 +296,7 @@ def _positive_float(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
-    if not 0 < value < np.inf:
+    if not (0 < value and math.isfinite(value)):
         raise argparse.ArgumentTypeError(f"expected a positive finite number; got {text!r}")
     return value
 
@@ -226,76 +323,271 @@ def _list_of(parse, what: str):
     return parse_list
 
 
-def _method(name: str) -> str:
-    """A coverage method name, checked here so that a typo is an argparse error."""
-    from pymc_wendy.studies.coverage.methods import parse_methods
+def _methods_text() -> str:
+    """The valid method names, in one line."""
+    fits = ", ".join(f"{name}[-{'|'.join(kinds)}]" for name, kinds in _ESTIMATORS.items())
+    return (
+        f"{fits}, {', '.join(_BAYES)}; a bias correction ({_or(_CORRECTIONS)}) after "
+        f"{_or(_CORRECTABLE)} with '+', e.g. mle+analytic-sandwich, nuts+profile"
+    )
 
-    try:
-        parse_methods([name])
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return name
+
+def _or(names) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _method(text: str) -> str:
+    """A coverage method name (``estimator[+correction][-covariance]``), checked here so that
+    a typo is an argparse error that lists the valid names. The same grammar as
+    :func:`pymc_wendy.studies.coverage.methods.parse_methods`, which checks it again."""
+    base, _, kind = text.strip().lower().partition("-")
+    base, plus, correction = base.partition("+")
+    known = base in _ESTIMATORS or base in _BAYES
+    bad_correction = plus and (base not in _CORRECTABLE or correction not in _CORRECTIONS)
+    bad_kind = kind and (base in _BAYES or kind not in _ESTIMATORS.get(base, ()))
+    if not known or bad_correction or bad_kind:
+        raise argparse.ArgumentTypeError(
+            f"invalid method {text!r}: the methods are {_methods_text()}"
+        )
+    return text
+
+
+def _problem_help(default: str) -> str:
+    return f"benchmark problem: {', '.join(_PROBLEMS)} (default: {default})"
+
+
+# --- the parser -------------------------------------------------------------------------------
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked for
+    (:mod:`importlib.metadata` alone costs tens of milliseconds)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, **kwargs):
+        kwargs.setdefault("help", "show the installed version and exit")
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from importlib import metadata
+
+        try:
+            version = metadata.version("pymc-wendy")
+        except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+            from pymc_wendy import __version__ as version
+        print(f"{PROG} {version}")
+        parser.exit(EXIT_OK)
+
+
+def _demo_parser(sub, common: argparse.ArgumentParser) -> None:
+    d = sub.add_parser(
+        "demo",
+        parents=[common],
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="MAP and NUTS posterior for a simulated benchmark problem",
+        description="Simulate a benchmark problem, fit it (MAP = WENDy-MLE), sample its\n"
+        "weak posterior with NUTS, compare with the truth and plot the posterior\n"
+        "predictive band.",
+    )
+    d.add_argument(
+        "--problem",
+        default="fitzhugh_nagumo",
+        choices=_PROBLEMS,
+        metavar="NAME",
+        help=_problem_help("%(default)s"),
+    )
+    d.add_argument(
+        "--points",
+        type=_positive_int,
+        default=513,
+        metavar="N",
+        help="number of time points (default: %(default)s)",
+    )
+    d.add_argument(
+        "--noise",
+        type=_positive_float,
+        default=0.1,
+        metavar="RATIO",
+        help="noise ratio (default: %(default)s)",
+    )
+    d.add_argument(
+        "--seed",
+        type=_natural,
+        default=0,
+        help="seed of the data and the sampler (default: %(default)s)",
+    )
+    d.add_argument(
+        "--draws",
+        type=_positive_int,
+        default=1000,
+        metavar="N",
+        help="draws per chain (default: %(default)s)",
+    )
+    d.add_argument(
+        "--tune",
+        type=_natural,
+        default=1000,
+        metavar="N",
+        help="tuning steps per chain (default: %(default)s)",
+    )
+    d.add_argument(
+        "--chains",
+        type=_positive_int,
+        default=4,
+        metavar="N",
+        help="number of chains (default: %(default)s)",
+    )
+    d.add_argument(
+        "--output",
+        default="pymc_wendy_demo.png",
+        metavar="FILE",
+        help="plot file, '' for none (default: %(default)s)",
+    )
+
+
+def _coverage_parser(sub, common: argparse.ArgumentParser) -> None:
+    c = sub.add_parser(
+        "coverage",
+        parents=[common],
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="coverage/accuracy study over many simulated data sets (resumable with --store)",
+        description="Apply estimators to many simulated data sets of a benchmark problem\n"
+        "and report the coverage of their intervals, their bias and their error.",
+    )
+    c.add_argument(
+        "--problem",
+        default="logistic",
+        choices=_PROBLEMS,
+        metavar="NAME",
+        help=_problem_help("%(default)s"),
+    )
+    # lists are parsed strictly: an empty list or entry, or 100.7 points, is an error (exit 2)
+    c.add_argument(
+        "--methods",
+        type=_list_of(_method, "method names"),
+        metavar="LIST",
+        default="mle-hessian,mle-sandwich",
+        help=f"comma-separated methods, estimator[+correction][-covariance]: "
+        f"{_methods_text().replace('%', '%%')} (default: %(default)s)",
+    )
+    c.add_argument(
+        "--noise",
+        type=_list_of(_positive_float, "positive numbers"),
+        default="0.05,0.1,0.2",
+        metavar="LIST",
+        help="comma-separated noise ratios (default: %(default)s)",
+    )
+    c.add_argument(
+        "--points",
+        type=_list_of(_positive_int, "whole numbers"),
+        default="513",
+        metavar="LIST",
+        help="comma-separated numbers of time points (default: %(default)s)",
+    )
+    c.add_argument(
+        "--datasets",
+        type=_positive_int,
+        default=100,
+        metavar="N",
+        help="data sets per noise ratio and number of points (default: %(default)s)",
+    )
+    c.add_argument(
+        "--level",
+        type=_level,
+        default=0.95,
+        help="nominal level of the intervals (default: %(default)s)",
+    )
+    c.add_argument(
+        "--seed",
+        type=_natural,
+        default=0,
+        help="study seed; each data set's seed derives from it (default: %(default)s)",
+    )
+    c.add_argument(
+        "--store",
+        default=None,
+        metavar="DIR",
+        help="directory to keep finished runs in and resume from (default: none, nothing is kept)",
+    )
+    c.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="local worker processes (default: one per core)",
+    )
+    c.add_argument(
+        "--dask",
+        default=None,
+        metavar="ADDRESS",
+        help="address of a Dask scheduler to run on (default: none, run locally)",
+    )
+    c.add_argument(
+        "--table",
+        default=None,
+        metavar="FILE",
+        help="also write the summary table to this CSV file (default: none)",
+    )
+    c.add_argument(
+        "--report",
+        action="store_true",
+        help="summarise what --store holds and run nothing (default: off)",
+    )
+
+
+_DEBUG_HELP = "on an error, show the full traceback instead of one line (default: off)"
+
+
+def _parser() -> argparse.ArgumentParser:
+    # --debug is accepted before and after the command; after it, its default is SUPPRESS so
+    # that the subcommand does not reset a --debug given before it
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=_DEBUG_HELP,
+    )
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Weak-form ODE inference (WENDy) for PyMC",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action=_Version)
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=False,
+        help=_DEBUG_HELP,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,coverage}")
+    _demo_parser(sub, common)
+    _coverage_parser(sub, common)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="pymc-wendy", description="Weak-form ODE inference (WENDy) for PyMC"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("demo", help="MAP and NUTS posterior for a simulated benchmark problem")
-    d.add_argument("--problem", default="fitzhugh_nagumo", choices=list_problems())
-    d.add_argument("--points", type=_positive_int, default=513)
-    d.add_argument("--noise", type=_positive_float, default=0.1, help="noise ratio (default 0.1)")
-    d.add_argument("--seed", type=_natural, default=0)
-    d.add_argument("--draws", type=_positive_int, default=1000)
-    d.add_argument("--tune", type=_natural, default=1000)
-    d.add_argument("--chains", type=_positive_int, default=4)
-    d.add_argument("--output", default="pymc_wendy_demo.png", help="plot file ('' for none)")
-    c = sub.add_parser(
-        "coverage",
-        help="coverage/accuracy study over many simulated data sets (resumable with --store)",
-    )
-    c.add_argument("--problem", default="logistic", choices=list_problems())
-    # lists are parsed strictly: an empty list or entry, or 100.7 points, is an error (exit 2)
-    c.add_argument(
-        "--methods", type=_list_of(_method, "method names"), default="mle-hessian,mle-sandwich",
-        help="comma-separated",
-    )  # fmt: skip
-    c.add_argument(
-        "--noise", type=_list_of(_positive_float, "positive numbers"), default="0.05,0.1,0.2",
-        help="comma-separated noise ratios",
-    )  # fmt: skip
-    c.add_argument(
-        "--points", type=_list_of(_positive_int, "whole numbers"), default="513",
-        help="comma-separated numbers of points",
-    )  # fmt: skip
-    c.add_argument("--datasets", type=_positive_int, default=100)
-    c.add_argument("--level", type=_level, default=0.95)
-    c.add_argument("--seed", type=_natural, default=0)
-    c.add_argument("--store", default=None, help="directory for finished runs (resume)")
-    c.add_argument(
-        "--workers", type=_positive_int, default=None, help="local processes (default: cores)"
-    )
-    c.add_argument("--dask", default=None, help="address of a Dask scheduler to run on")
-    c.add_argument("--table", default=None, help="write the summary table to this CSV file")
-    c.add_argument(
-        "--report", action="store_true", help="summarise what --store holds; run nothing"
-    )
+    """Run the command line; returns the exit code (:data:`EXIT_OK` ..., the epilog)."""
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "coverage" and args.report and not args.store:
         parser.error("--report reads a study: give its --store")
-    if args.command == "coverage":
-        try:
-            return _coverage(args)
-        except (ValueError, OSError) as exc:  # bad settings or store: a message, no traceback
-            print(f"pymc-wendy coverage: error: {exc}", file=sys.stderr)
-            return 1
-    if args.command == "demo":
-        return demo(
-            args.problem, args.points, args.noise, args.seed, args.draws, args.tune,
-            args.chains, args.output or None,
-        )  # fmt: skip
-    return 2  # pragma: no cover
+    run = {"demo": _demo, "coverage": _coverage}[args.command]
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            traceback.print_exc()
+        kept = f"; the finished runs are in {args.store}" if getattr(args, "store", None) else ""
+        print(f"{PROG} {args.command}: interrupted{kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except _USER_ERRORS as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"{PROG} {args.command}: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

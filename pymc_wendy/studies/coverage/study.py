@@ -73,7 +73,12 @@ def run_coverage(
         a local process pool with ``max_workers`` processes (``os.cpu_count()``), one BLAS
         thread each, each replaced after 100 runs (numba does not free compiled code, so a
         worker compiling a model per Bayesian run would otherwise keep growing);
-        ``max_workers=1`` runs everything in this process.
+        ``max_workers=1`` runs everything in this process. The local workers are started
+        with "spawn" and run the main script again, so a script must call
+        ``run_coverage`` under ``if __name__ == "__main__":`` (as any script starting
+        processes); without the guard it raises a ``RuntimeError`` saying so before any
+        worker starts, rather than quietly running in one process (several times slower)
+        or ending in ``BrokenProcessPool``. Notebooks and ``python -c`` need no guard.
     progress : bool
         Show a progress bar.
     fit_options : dict, optional
@@ -100,6 +105,9 @@ def run_coverage(
         included), and for a ``store`` whose ``study.json`` holds other settings, is damaged,
         or is missing while ``runs.jsonl`` holds runs. Lines of ``runs.jsonl`` that are not
         run records are skipped with a ``RuntimeWarning`` and their runs redone.
+    RuntimeError
+        For local workers started from a script's top-level code outside an
+        ``if __name__ == "__main__":`` block (``executor`` above).
 
     Returns
     -------

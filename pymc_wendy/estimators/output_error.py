@@ -80,9 +80,20 @@ def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndar
 
     def rhs(s, y):
         u = y[:n]
-        dS = f_u(s, u) @ y[n:].reshape(n, J + n)
-        dS[:, :J] += f_p(s, u)
-        return np.concatenate([f(s, u), dS.ravel()])
+        # From parameters far from the data (an optimiser's trial point, a fit from a poor
+        # start) the solution or its sensitivities can outgrow double precision: that solve
+        # has diverged. Say so and stop it (integrate makes this a SimulationError, which
+        # _Problem counts as a failed solve) rather than warn about the overflow and let
+        # the solver step on with inf until it gives up.
+        with np.errstate(over="ignore", invalid="ignore"):
+            dS = f_u(s, u) @ y[n:].reshape(n, J + n)
+            dS[:, :J] += f_p(s, u)
+        out = np.concatenate([f(s, u), dS.ravel()])
+        if not np.all(np.isfinite(out)):
+            raise FloatingPointError(
+                f"the solution or its sensitivities diverge (overflow) at t = {s:.6g}"
+            )
+        return out
 
     def jump(s, y):
         du, dfp = breaks.jump(s, y[:n], with_p=True)

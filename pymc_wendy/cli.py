@@ -59,7 +59,8 @@ exit codes:
   {EXIT_OK}    success
   {EXIT_FAILED}    an error while running: a one-line message on stderr,
        "{PROG} <command>: error: ..." (--debug shows the traceback);
-       or, for demo, a posterior that failed its checks: an R-hat >= 1.01
+       or, for demo, a posterior that failed its checks: an R-hat not below
+       1.01 (R-hat is undefined with --chains 1, so that always ends with 1)
        or at least one divergence
   {EXIT_USAGE}    a bad command line (an unknown option, a value out of range)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a coverage study with --store keeps its
@@ -82,7 +83,8 @@ def demo(
 
     Prints the ArviZ summary with the true values and whether each lies in its 95 % interval,
     and writes a plot of the data with posterior predictive bands to ``output``. Returns 0
-    when every R-hat is below 1.01 and there are no divergences, 1 otherwise.
+    when every R-hat is below 1.01 and there are no divergences, 1 otherwise (also with one
+    chain, where R-hat is undefined).
     """
     import arviz as az
     import numpy as np

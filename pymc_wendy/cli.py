@@ -354,11 +354,91 @@ def _method(text: str) -> str:
     return text
 
 
-def _problem_help(default: str) -> str:
-    return f"benchmark problem: {', '.join(_PROBLEMS)} (default: {default})"
+_PROBLEM_HELP = f"benchmark problem: {', '.join(_PROBLEMS)} (default: %(default)s)"
+_DEBUG_HELP = "on an error, show the full traceback instead of one line (default: off)"
 
-
-# --- the parser -------------------------------------------------------------------------------
+#: the options of ``demo`` and ``coverage`` (``add_argument`` keywords); every help says the
+#: default, and ``tests/test_cli.py`` checks that it does
+_DEMO_OPTIONS: dict[str, dict] = {
+    "--problem": dict(
+        default="fitzhugh_nagumo", choices=_PROBLEMS, metavar="NAME", help=_PROBLEM_HELP
+    ),
+    "--points": dict(
+        type=_positive_int, default=513, metavar="N",
+        help="number of time points (default: %(default)s)",
+    ),
+    "--noise": dict(
+        type=_positive_float, default=0.1, metavar="RATIO",
+        help="noise ratio (default: %(default)s)",
+    ),
+    "--seed": dict(
+        type=_natural, default=0, help="seed of the data and the sampler (default: %(default)s)"
+    ),
+    "--draws": dict(
+        type=_positive_int, default=1000, metavar="N",
+        help="draws per chain (default: %(default)s)",
+    ),
+    "--tune": dict(
+        type=_natural, default=1000, metavar="N",
+        help="tuning steps per chain (default: %(default)s)",
+    ),
+    "--chains": dict(
+        type=_positive_int, default=4, metavar="N", help="number of chains (default: %(default)s)"
+    ),
+    "--output": dict(
+        default="pymc_wendy_demo.png", metavar="FILE",
+        help="plot file, '' for none (default: %(default)s)",
+    ),
+}  # fmt: skip
+# lists are parsed strictly: an empty list or entry, or 100.7 points, is an error (exit 2)
+_COVERAGE_OPTIONS: dict[str, dict] = {
+    "--problem": dict(default="logistic", choices=_PROBLEMS, metavar="NAME", help=_PROBLEM_HELP),
+    "--methods": dict(
+        type=_list_of(_method, "method names"), default="mle-hessian,mle-sandwich",
+        metavar="LIST",
+        help="comma-separated methods, estimator[+correction][-covariance]: "
+        f"{_methods_text()} (default: %(default)s)",
+    ),
+    "--noise": dict(
+        type=_list_of(_positive_float, "positive numbers"), default="0.05,0.1,0.2",
+        metavar="LIST", help="comma-separated noise ratios (default: %(default)s)",
+    ),
+    "--points": dict(
+        type=_list_of(_positive_int, "whole numbers"), default="513", metavar="LIST",
+        help="comma-separated numbers of time points (default: %(default)s)",
+    ),
+    "--datasets": dict(
+        type=_positive_int, default=100, metavar="N",
+        help="data sets per noise ratio and number of points (default: %(default)s)",
+    ),
+    "--level": dict(
+        type=_level, default=0.95, help="nominal level of the intervals (default: %(default)s)"
+    ),
+    "--seed": dict(
+        type=_natural, default=0,
+        help="study seed; each data set's seed derives from it (default: %(default)s)",
+    ),
+    "--store": dict(
+        default=None, metavar="DIR",
+        help="directory to keep finished runs in and resume from (default: none, nothing is "
+        "kept)",
+    ),
+    "--workers": dict(
+        type=_positive_int, default=None, metavar="N",
+        help="local worker processes (default: one per core)",
+    ),
+    "--dask": dict(
+        default=None, metavar="ADDRESS",
+        help="address of a Dask scheduler to run on (default: none, run locally)",
+    ),
+    "--table": dict(
+        default=None, metavar="FILE",
+        help="also write the summary table to this CSV file (default: none)",
+    ),
+    "--report": dict(
+        action="store_true", help="summarise what --store holds and run nothing (default: off)"
+    ),
+}  # fmt: skip
 
 
 class _Version(argparse.Action):
@@ -375,182 +455,27 @@ class _Version(argparse.Action):
         try:
             version = metadata.version("pymc-wendy")
         except metadata.PackageNotFoundError:  # run from a source tree that is not installed
-            from pymc_wendy import __version__ as version
+            import pymc_wendy
+
+            version = pymc_wendy.__version__
         print(f"{PROG} {version}")
         parser.exit(EXIT_OK)
 
 
-def _demo_parser(sub, common: argparse.ArgumentParser) -> None:
-    d = sub.add_parser(
-        "demo",
-        parents=[common],
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="MAP and NUTS posterior for a simulated benchmark problem",
-        description="Simulate a benchmark problem, fit it (MAP = WENDy-MLE), sample its\n"
-        "weak posterior with NUTS, compare with the truth and plot the posterior\n"
-        "predictive band.",
-    )
-    d.add_argument(
-        "--problem",
-        default="fitzhugh_nagumo",
-        choices=_PROBLEMS,
-        metavar="NAME",
-        help=_problem_help("%(default)s"),
-    )
-    d.add_argument(
-        "--points",
-        type=_positive_int,
-        default=513,
-        metavar="N",
-        help="number of time points (default: %(default)s)",
-    )
-    d.add_argument(
-        "--noise",
-        type=_positive_float,
-        default=0.1,
-        metavar="RATIO",
-        help="noise ratio (default: %(default)s)",
-    )
-    d.add_argument(
-        "--seed",
-        type=_natural,
-        default=0,
-        help="seed of the data and the sampler (default: %(default)s)",
-    )
-    d.add_argument(
-        "--draws",
-        type=_positive_int,
-        default=1000,
-        metavar="N",
-        help="draws per chain (default: %(default)s)",
-    )
-    d.add_argument(
-        "--tune",
-        type=_natural,
-        default=1000,
-        metavar="N",
-        help="tuning steps per chain (default: %(default)s)",
-    )
-    d.add_argument(
-        "--chains",
-        type=_positive_int,
-        default=4,
-        metavar="N",
-        help="number of chains (default: %(default)s)",
-    )
-    d.add_argument(
-        "--output",
-        default="pymc_wendy_demo.png",
-        metavar="FILE",
-        help="plot file, '' for none (default: %(default)s)",
-    )
-
-
-def _coverage_parser(sub, common: argparse.ArgumentParser) -> None:
-    c = sub.add_parser(
-        "coverage",
-        parents=[common],
-        epilog=_EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        help="coverage/accuracy study over many simulated data sets (resumable with --store)",
-        description="Apply estimators to many simulated data sets of a benchmark problem\n"
-        "and report the coverage of their intervals, their bias and their error.",
-    )
-    c.add_argument(
-        "--problem",
-        default="logistic",
-        choices=_PROBLEMS,
-        metavar="NAME",
-        help=_problem_help("%(default)s"),
-    )
-    # lists are parsed strictly: an empty list or entry, or 100.7 points, is an error (exit 2)
-    c.add_argument(
-        "--methods",
-        type=_list_of(_method, "method names"),
-        metavar="LIST",
-        default="mle-hessian,mle-sandwich",
-        help=f"comma-separated methods, estimator[+correction][-covariance]: "
-        f"{_methods_text().replace('%', '%%')} (default: %(default)s)",
-    )
-    c.add_argument(
-        "--noise",
-        type=_list_of(_positive_float, "positive numbers"),
-        default="0.05,0.1,0.2",
-        metavar="LIST",
-        help="comma-separated noise ratios (default: %(default)s)",
-    )
-    c.add_argument(
-        "--points",
-        type=_list_of(_positive_int, "whole numbers"),
-        default="513",
-        metavar="LIST",
-        help="comma-separated numbers of time points (default: %(default)s)",
-    )
-    c.add_argument(
-        "--datasets",
-        type=_positive_int,
-        default=100,
-        metavar="N",
-        help="data sets per noise ratio and number of points (default: %(default)s)",
-    )
-    c.add_argument(
-        "--level",
-        type=_level,
-        default=0.95,
-        help="nominal level of the intervals (default: %(default)s)",
-    )
-    c.add_argument(
-        "--seed",
-        type=_natural,
-        default=0,
-        help="study seed; each data set's seed derives from it (default: %(default)s)",
-    )
-    c.add_argument(
-        "--store",
-        default=None,
-        metavar="DIR",
-        help="directory to keep finished runs in and resume from (default: none, nothing is kept)",
-    )
-    c.add_argument(
-        "--workers",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help="local worker processes (default: one per core)",
-    )
-    c.add_argument(
-        "--dask",
-        default=None,
-        metavar="ADDRESS",
-        help="address of a Dask scheduler to run on (default: none, run locally)",
-    )
-    c.add_argument(
-        "--table",
-        default=None,
-        metavar="FILE",
-        help="also write the summary table to this CSV file (default: none)",
-    )
-    c.add_argument(
-        "--report",
-        action="store_true",
-        help="summarise what --store holds and run nothing (default: off)",
-    )
-
-
-_DEBUG_HELP = "on an error, show the full traceback instead of one line (default: off)"
+def _add_command(sub, common, name: str, options: dict[str, dict], **kwargs) -> None:
+    command = sub.add_parser(
+        name, parents=[common], epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs,
+    )  # fmt: skip
+    for flag, keywords in options.items():
+        command.add_argument(flag, **keywords)
 
 
 def _parser() -> argparse.ArgumentParser:
     # --debug is accepted before and after the command; after it, its default is SUPPRESS so
     # that the subcommand does not reset a --debug given before it
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--debug",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help=_DEBUG_HELP,
-    )
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=_DEBUG_HELP)
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Weak-form ODE inference (WENDy) for PyMC",
@@ -558,15 +483,21 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action=_Version)
-    parser.add_argument(
-        "--debug",
-        action="store_true",
-        default=False,
-        help=_DEBUG_HELP,
-    )
+    parser.add_argument("--debug", action="store_true", default=False, help=_DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,coverage}")
-    _demo_parser(sub, common)
-    _coverage_parser(sub, common)
+    _add_command(
+        sub, common, "demo", _DEMO_OPTIONS,
+        help="MAP and NUTS posterior for a simulated benchmark problem",
+        description="Simulate a benchmark problem, fit it (MAP = WENDy-MLE), sample its\n"
+        "weak posterior with NUTS, compare with the truth and plot the posterior\n"
+        "predictive band.",
+    )  # fmt: skip
+    _add_command(
+        sub, common, "coverage", _COVERAGE_OPTIONS,
+        help="coverage/accuracy study over many simulated data sets (resumable with --store)",
+        description="Apply estimators to many simulated data sets of a benchmark problem\n"
+        "and report the coverage of their intervals, their bias and their error.",
+    )  # fmt: skip
     return parser
 
 

@@ -241,3 +241,23 @@ def test_nuts_mass_matrix_is_the_weighted_covariance_when_the_weights_carry_enou
     np.testing.assert_allclose(_mass_matrix(weighted), np.cov(Z.T, bias=True), rtol=1e-12)
     weighted["ess"] = _MASS_ESS_PER_DIM * 2 - 1.0  # too few effective draws: the Laplace one
     assert _mass_matrix(weighted) is laplace
+
+
+def test_variance_k_flags_a_proposal_too_narrow_for_the_variance():
+    """A Gaussian proposal at 0.6 of the target's sd: the weights' k alone passes most data
+    sets whose variance estimate is short (about 0.94 of the sd); the variance k, always
+    the larger, rejects most of them. A wider proposal passes both every time."""
+    from scipy import stats
+
+    from pymc_wendy.bayes.correction import _smoothed, _trusted
+
+    def run(scale, seed):
+        Z = np.random.default_rng(seed).normal(size=(4000, 2)) * [scale, 1.0]
+        log_w = stats.norm.logpdf(Z[:, 0]) - stats.norm.logpdf(Z[:, 0], scale=scale)
+        return _smoothed(log_w, Z)
+
+    narrow = [run(0.6, seed) for seed in range(40)]
+    assert all(r["k_variance"] > r["k"] for r in narrow)
+    assert np.mean([r["k"] <= r["threshold"] for r in narrow]) >= 0.6
+    assert np.mean([_trusted(r) for r in narrow]) <= 0.4
+    assert all(_trusted(run(1.2, seed)) for seed in range(40))

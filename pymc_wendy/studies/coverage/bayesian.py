@@ -169,9 +169,9 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     """Draws ``(draw, param)`` of the forward-solve posterior: NUTS on the weak model, then
     :func:`~pymc_wendy.forward_correction`; its route and diagnostics into ``record``.
 
-    A run succeeds when the correction's route is trustworthy (its Pareto ``k``, or the
-    forward NUTS's convergence) and, where the kept proposal is the moved weak draws, whose
-    density is the weak posterior's, when the weak chains converged too. A t proposal's
+    A run succeeds when the correction's route is trustworthy (its Pareto ``k`` and variance
+    ``k``, or the forward NUTS's convergence) and, where the kept proposal is the moved weak
+    draws, whose density is the weak posterior's, when the weak chains converged too. A t proposal's
     density is exact, so divergent weak chains there cost efficiency, not correctness."""
     from pymc_wendy.bayes.correction import forward_correction
     from pymc_wendy.bayes.sampling import sample
@@ -180,13 +180,15 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     weak = sample(model=model, random_seed=seed, **kwargs)
     idata = forward_correction(weak, model, random_seed=seed, progressbar=False)
     a = idata.attrs
-    keys = ("route", "proposal", "pareto_k", "importance_ess", "n_forward_solves")
+    keys = ("route", "proposal", "pareto_k", "pareto_k_variance", "importance_ess")
+    keys += ("n_forward_solves",)
     extra = {k: a[k] for k in keys}
     extra["weak_r_hat_max"], extra["weak_divergences"], weak_ok = _converged(weak)
     if a["route"] == "nuts":
         extra["r_hat_max"], extra["divergences"], ok = _converged(idata)
     else:
-        ok = a["pareto_k"] <= a["khat_threshold"] and (weak_ok or a["proposal"] != "moved")
+        k = max(a["pareto_k"], a["pareto_k_variance"])
+        ok = k <= a["khat_threshold"] and (weak_ok or a["proposal"] != "moved")
     record["extra"] = extra
     record["success"] = ok
     record["message"] = f"{a['route']}, k {a['pareto_k']:.2f}, {a['n_forward_solves']} solves"

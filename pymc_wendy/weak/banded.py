@@ -1,0 +1,617 @@
+r"""The weak likelihood with a banded covariance, for compactly supported test functions.
+
+:func:`evaluate` and :func:`gradient_parts` compute what their namesakes in
+:mod:`pymc_wendy.weak.kernels` compute (same inputs, same outputs in the same state-major
+order), without ever forming a ``KD x KD`` or ``K x (M+1)`` matrix, when every test function
+vanishes outside a window of the time grid.
+
+Why it is banded
+    ``S[(d, k), (f, l)]`` sums over time points where both ``phi_k`` (or ``phi_k'``) and
+    ``phi_l`` (or ``phi_l'``) are non-zero. With the test functions ordered by the centre of
+    their support, it vanishes unless ``|k - l| <= w``, the *half-bandwidth in test-function
+    index* (:func:`local_rows`). Interleaving the states, residual index ``k D + d``
+    (test-function-major, not the kernels' state-major ``d K + k``), makes ``S`` a band
+    matrix of half-bandwidth ``b = (w + 1) D - 1``.
+
+What it costs
+    Assembly ``O(w K s D^2)`` for windows of ``s`` time points, LAPACK ``pbtrf`` ``O(n b^2)``
+    with ``n = K D``, solves ``O(n b)``. The gradient needs ``S^{-1}`` only between test
+    functions that share a time point, which is inside the band: its band comes from the
+    factor by selected inversion (the Takahashi / Erisman-Tinney recursion,
+    :func:`selected_inverse`, ``O(n b^2)``) instead of the dense inverse (``O(n^3)``). All of it
+    is linear in ``M`` for a fixed radius in grid points.
+
+What it does not do
+    The exact Hessian's trace term ``tr(S^-1 S_i S^-1 S_j)`` needs ``S^{-1}`` far outside the
+    band (``S^-1 S_i`` is dense), so it stays on the dense path (``kernels.hessian``); the
+    Newton model (``exact=False``) would only need solves and could follow.
+
+When it helps
+    Only for *local* test functions. The default ones (:func:`~pymc_wendy.weak.test_functions.
+    build_test_functions`) are the leading right singular vectors of the stacked bumps: every
+    row is non-zero on the whole grid, ``w = K - 1`` and the band is the whole matrix (this
+    module is then exact but slower than the dense kernels). The banded path needs rows such
+    as un-reduced bumps of one radius at strided centres, which the construction does not
+    offer yet (build them with :meth:`~pymc_wendy.weak.test_functions.grid.Grid.rows` and
+    :func:`~pymc_wendy.weak.test_functions.from_matrices`, as ``benchmarks/banded_scaling.py``
+    does).
+
+How it should be dispatched (not wired yet)
+    Build :class:`LocalRows` once per data set (``local_rows(phi, dphi)``, or directly from
+    windows with :meth:`LocalRows.from_windows` so that ``phi`` is never stored dense) and
+    take the banded path when the band holds a small share of the matrix:
+    ``rows.band_fraction(D) <= 0.25`` (``benchmarks/banded_scaling.py``: on FitzHugh-Nagumo
+    the banded value + gradient is faster from ``K D`` of a few hundred on, where the band
+    fraction is 10 % or less; at band fractions near 1 the dense kernels win by the cost of
+    the Python-level band passes). The Hessian (exact) stays dense; callers that need it at
+    the optimum only (observed information) can afford one dense evaluation.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import scipy.linalg as sla
+
+from pymc_wendy.weak.kernels import LOG_2PI, CovarianceError
+
+__all__ = [
+    "BandedEvaluation",
+    "LocalRows",
+    "covariance_band",
+    "evaluate",
+    "gradient_parts",
+    "local_rows",
+    "selected_inverse",
+]
+
+
+# --- the test functions as windows, ordered by centre ---------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class LocalRows:
+    """Test functions stored by their support windows, ordered by the centre of the support.
+
+    Attributes
+    ----------
+    order : numpy.ndarray, shape (K,)
+        ``order[p]`` is the row of ``phi`` that sits at position ``p`` after ordering.
+    ordered : bool
+        Whether the given rows were already in that order (``order`` is then the identity).
+    start : numpy.ndarray, shape (K,)
+        First time index of each row's window (in the new order).
+    phi, dphi : numpy.ndarray, shape (K, width)
+        ``phi[p, j]`` is the weighted test function ``order[p]`` at time ``start[p] + j``.
+    n_points : int
+        Number of time points ``M + 1``.
+    w : int
+        Half-bandwidth in test-function index: the largest ``|p - q|`` whose supports share
+        a time point.
+    """
+
+    order: np.ndarray
+    ordered: bool
+    start: np.ndarray
+    phi: np.ndarray
+    dphi: np.ndarray
+    n_points: int
+    w: int
+
+    @classmethod
+    def from_windows(
+        cls, start: np.ndarray, phi: np.ndarray, dphi: np.ndarray, n_points: int
+    ) -> LocalRows:
+        """Order rows given as windows (``phi[k, j]`` at time ``start[k] + j``) and find the
+        bandwidth; ``phi`` of shape (K, M+1) is never needed."""
+        start = np.asarray(start, dtype=np.int64)
+        phi = np.asarray(phi, dtype=float)
+        dphi = np.asarray(dphi, dtype=float)
+        K, width = phi.shape
+        if dphi.shape != phi.shape or start.shape != (K,):
+            raise ValueError("start, phi and dphi must have shapes (K,), (K, s), (K, s)")
+        if K and (start.min() < 0 or start.max() + width > n_points):
+            raise ValueError(f"windows of {width} points must lie inside the {n_points} points")
+        first, last = _support(start, (phi != 0) | (dphi != 0))
+        # centre of the support, ties kept in the given order (stable sort)
+        centre = first + last
+        ordered = bool(np.all(np.diff(centre) >= 0))
+        order = np.arange(K) if ordered else np.argsort(centre, kind="stable")
+        first, last = first[order], last[order]
+        return cls(
+            order=order,
+            ordered=ordered,
+            start=start[order],
+            phi=phi[order],
+            dphi=dphi[order],
+            n_points=int(n_points),
+            w=_half_bandwidth(first, last),
+        )
+
+    @property
+    def K(self) -> int:
+        """Number of test functions."""
+        return int(self.phi.shape[0])
+
+    @property
+    def width(self) -> int:
+        """Length of the windows in time points."""
+        return int(self.phi.shape[1])
+
+    def bandwidth(self, D: int) -> int:
+        """Half-bandwidth of ``S`` in the interleaved order: ``(w + 1) D - 1``, at most
+        ``K D - 1``."""
+        return min((self.w + 1) * D - 1, self.K * D - 1)
+
+    def band_fraction(self, D: int) -> float:
+        """Share of the ``K D x K D`` entries of ``S`` that lie inside the band."""
+        n, b = self.K * D, self.bandwidth(D)
+        return (n * (2 * b + 1) - b * (b + 1)) / n**2
+
+    @functools.cached_property
+    def index(self) -> np.ndarray:
+        """Time index of every window entry, shape (K, width)."""
+        return self.start[:, None] + np.arange(self.width)[None, :]
+
+    @functools.cached_property
+    def shifted(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
+        """For ``q = 1..w``: ``phi`` and ``dphi`` of row ``p + q`` on the window of row ``p``,
+        then of row ``p`` on the window of row ``p + q`` (shapes (K - q, width)); what every
+        pass over a band diagonal multiplies. Built once per set of test functions."""
+        out = []
+        for q in range(1, self.w + 1):  # loop over band diagonals only
+            up = _shift(self.start[:-q], self.start[q:], self.phi[q:], self.dphi[q:])
+            down = _shift(self.start[q:], self.start[:-q], self.phi[:-q], self.dphi[:-q])
+            out.append((*up, *down))
+        return tuple(out)
+
+    def to_dense(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(phi, dphi)`` of shape (K, M+1) in the original row order (tests, small sizes)."""
+        phi = np.zeros((self.K, self.n_points))
+        dphi = np.zeros((self.K, self.n_points))
+        phi[self.order[:, None], self.index] = self.phi
+        dphi[self.order[:, None], self.index] = self.dphi
+        return phi, dphi
+
+    def gather(self, X: np.ndarray) -> np.ndarray:
+        """``X[index]``: rows of a per-time array on every window, shape (K, width, ...)."""
+        return X[self.index]
+
+    def scatter(self, values: np.ndarray) -> np.ndarray:
+        """Sum ``values`` (K, width, c) over windows into times: shape (M+1, c)."""
+        idx = self.index.ravel()
+        flat = values.reshape(idx.size, -1)
+        return np.stack(
+            [
+                np.bincount(idx, weights=flat[:, j], minlength=self.n_points)
+                for j in range(flat.shape[1])
+            ],
+            axis=1,
+        )
+
+
+def local_rows(phi: np.ndarray, dphi: np.ndarray) -> LocalRows:
+    """The :class:`LocalRows` of dense test-function matrices ``phi``, ``dphi`` (K, M+1).
+
+    The window of a row is the smallest range of time points holding every non-zero of its
+    ``phi`` and ``dphi`` rows, padded to the longest one. Reading the dense matrices is
+    ``O(K M)``, once per data set.
+    """
+    phi = np.asarray(phi, dtype=float)
+    dphi = np.asarray(dphi, dtype=float)
+    K, M1 = phi.shape
+    nz = (phi != 0) | (dphi != 0)
+    first = np.argmax(nz, axis=1)
+    last = M1 - 1 - np.argmax(nz[:, ::-1], axis=1)
+    last = np.where(nz.any(axis=1), last, first)  # an all-zero row: a one-point window
+    width = int(np.max(last - first + 1)) if K else 1
+    start = np.minimum(first, M1 - width)
+    idx = start[:, None] + np.arange(width)[None, :]
+    return LocalRows.from_windows(
+        start,
+        np.take_along_axis(phi, idx, axis=1),
+        np.take_along_axis(dphi, idx, axis=1),
+        M1,
+    )
+
+
+def _support(start: np.ndarray, nz: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and last time index holding a non-zero of each row (``start`` for empty rows)."""
+    width = nz.shape[1]
+    any_nz = nz.any(axis=1)
+    first = start + np.argmax(nz, axis=1)
+    last = start + width - 1 - np.argmax(nz[:, ::-1], axis=1)
+    return np.where(any_nz, first, start), np.where(any_nz, last, start)
+
+
+def _half_bandwidth(first: np.ndarray, last: np.ndarray) -> int:
+    """Largest ``q - p`` with overlapping supports, rows ordered by centre.
+
+    For ``q > p`` the centre of ``q`` is at or after that of ``p``, so ``last_q >= first_p``
+    always and the supports overlap exactly when ``first_q <= last_p``. The largest such
+    ``q`` is the last index whose suffix minimum of ``first`` is ``<= last_p`` (the suffix
+    minimum is non-decreasing, so a binary search finds it).
+    """
+    K = first.size
+    if K == 0:
+        return 0
+    suffix_min = np.minimum.accumulate(first[::-1])[::-1]
+    reach = np.searchsorted(suffix_min, last, side="right") - 1
+    return int(max(0, np.max(reach - np.arange(K))))
+
+
+def _shift(
+    start_to: np.ndarray, start_from: np.ndarray, phi: np.ndarray, dphi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows given on windows at ``start_from``, read on windows at ``start_to`` (zero outside
+    their own window)."""
+    width = phi.shape[1]
+    pos = (start_to - start_from)[:, None] + np.arange(width)[None, :]
+    inside = (pos >= 0) & (pos < width)
+    pos = np.clip(pos, 0, width - 1)
+    return (
+        np.where(inside, np.take_along_axis(phi, pos, axis=1), 0.0),
+        np.where(inside, np.take_along_axis(dphi, pos, axis=1), 0.0),
+    )
+
+
+# --- the covariance in band storage ---------------------------------------------------------
+
+
+def _time_weights(Ju: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per time point: ``w[m, d, f] = sum_e v_e Ju_de Ju_fe``, ``c[m, d, f] = v_f Ju_df`` and
+    the variances ``v`` (M+1, D), as in ``kernels._covariance``."""
+    M1, D, _ = Ju.shape
+    vm = v if v.ndim == 2 else np.broadcast_to(v, (M1, D))
+    w = np.einsum("mde,mfe,me->mdf", Ju, Ju, vm, optimize=True)
+    c = Ju * vm[:, None, :]
+    return w, c, np.ascontiguousarray(vm)
+
+
+def _block(
+    Pi: np.ndarray, Di: np.ndarray, Pj: np.ndarray, Dj: np.ndarray, weights: tuple
+) -> np.ndarray:
+    """``S[(i, d), (j, f)]`` for row pairs ``(i, j)`` given on the window of ``j``, shape
+    (pairs, D, D). ``weights`` are :func:`_time_weights` gathered on those windows."""
+    wg, cg, vg = weights
+    n, s, D = vg.shape
+
+    def contract(x, g):  # sum over the window: a batch of (1 x s) (s x D^2) products
+        return np.matmul(x[:, None, :], g.reshape(n, s, -1))[:, 0].reshape(n, D, -1)
+
+    S = contract(Pi * Pj, wg) + contract(Pi * Dj, cg)
+    S += contract(Di * Pj, cg).transpose(0, 2, 1)
+    S[:, np.arange(D), np.arange(D)] += contract(Di * Dj, vg)[:, :, 0]
+    return S
+
+
+def covariance_band(
+    rows: LocalRows, Ju: np.ndarray, v: np.ndarray, diag: float = 0.0
+) -> np.ndarray:
+    """``L diag(v) L^T + diag I`` in LAPACK lower band storage, interleaved order.
+
+    Parameters
+    ----------
+    rows : LocalRows
+        The test functions.
+    Ju : numpy.ndarray, shape (M+1, D, D)
+        ``df/du`` at the data.
+    v : numpy.ndarray, shape (D,) or (M+1, D)
+        Effective noise variances, per state or per data entry.
+    diag : float
+        Added to the diagonal (the ridge).
+
+    Returns
+    -------
+    numpy.ndarray, shape (b + 1, K D)
+        ``ab[i - j, j] = S[i, j]`` for ``i >= j`` with ``i = p D + d`` (``p`` the position of
+        the test function in ``rows.order``): what ``scipy.linalg.cholesky_banded(ab,
+        lower=True)`` takes.
+    """
+    K, D = rows.K, Ju.shape[1]
+    weights = tuple(rows.gather(x) for x in _time_weights(Ju, v))
+    blocks = [_block(rows.phi, rows.dphi, rows.phi, rows.dphi, weights)]
+    for q, (Pi, Di, _, _) in enumerate(rows.shifted, start=1):  # loop over band diagonals
+        head = tuple(x[: K - q] for x in weights)
+        blocks.append(_block(Pi, Di, rows.phi[: K - q], rows.dphi[: K - q], head))
+    ab = _blocks_to_band(blocks, K, D, rows.bandwidth(D))
+    ab[0] += diag
+    return ab
+
+
+def _blocks_to_band(blocks: list[np.ndarray], K: int, D: int, b: int) -> np.ndarray:
+    """Lower band storage from ``blocks[q][p, d, f] = S[(p + q, d), (p, f)]``."""
+    ab = np.zeros((b + 1, K * D))
+    for q, blk in enumerate(blocks):  # loops over band diagonals and states only
+        for d in range(D):
+            for f in range(D):
+                row = q * D + d - f
+                if 0 <= row <= b:
+                    ab[row, f::D][: K - q] = blk[:, d, f]
+    return ab
+
+
+def _band_to_blocks(ab: np.ndarray, K: int, D: int, w: int) -> list[np.ndarray]:
+    """``blocks[q][p, d, f] = X[(p + q, d), (p, f)]`` of a symmetric ``X`` in lower band
+    storage, ``q = 0..w``."""
+    blocks = []
+    for q in range(min(w, K - 1) + 1):  # loops over band diagonals and states only
+        blk = np.empty((K - q, D, D))
+        for d in range(D):
+            for f in range(D):
+                row = q * D + d - f
+                blk[:, d, f] = ab[row, f::D][: K - q] if row >= 0 else ab[-row, d::D][: K - q]
+        blocks.append(blk)
+    return blocks
+
+
+def _cholesky_band(ab: np.ndarray) -> np.ndarray:
+    """Lower band Cholesky factor (LAPACK ``pbtrf``), :class:`CovarianceError` if ``S`` is
+    not positive definite."""
+    cb, info = sla.lapack.dpbtrf(ab, lower=1)
+    if info != 0 or not np.all(np.isfinite(cb[0])):
+        where = f"leading minor {info}" if info > 0 else f"pbtrf: {info}"
+        raise CovarianceError(
+            "the weak-residual covariance S(p) is not positive definite "
+            f"(size {ab.shape[1]}, band {ab.shape[0] - 1}, {where}); the noise level may be "
+            "zero or the parameters extreme"
+        )
+    return cb
+
+
+def _tri_solve(cb: np.ndarray, x: np.ndarray, trans: str) -> np.ndarray:
+    """``C^-1 x`` (``trans="N"``) or ``C^-T x`` (``"T"``) for the lower band factor ``C``."""
+    out, info = sla.lapack.dtbtrs(cb, x.reshape(x.shape[0], -1), uplo="L", trans=trans)
+    if info != 0:
+        raise CovarianceError(f"the weak-residual covariance S(p) is singular (tbtrs: {info})")
+    return out.reshape(x.shape)
+
+
+def _to_band(rows: LocalRows, D: int, x: np.ndarray) -> np.ndarray:
+    """State-major rows ``d K + k`` (original order) to interleaved rows ``p D + d``."""
+    y = x.reshape(D, rows.K, -1)[:, rows.order]
+    return y.transpose(1, 0, 2).reshape(x.shape)
+
+
+def _from_band(rows: LocalRows, D: int, x: np.ndarray) -> np.ndarray:
+    """Interleaved rows ``p D + d`` back to state-major rows in the original order."""
+    out = np.empty((D, rows.K) + x.shape[1:])
+    out[:, rows.order] = x.reshape((rows.K, D) + x.shape[1:]).swapaxes(0, 1)
+    return out.reshape(x.shape)
+
+
+# --- value -----------------------------------------------------------------------------------
+
+
+@dataclass
+class BandedEvaluation:
+    """Quantities at one parameter point (``kernels.Evaluation`` for the banded path).
+
+    ``r`` and ``a`` are state-major, in the original row order, as in the dense kernels;
+    ``cb`` and ``a_band`` are in the interleaved order of ``rows``.
+    """
+
+    r: np.ndarray  # (n,) residual
+    s2: np.ndarray  # (D,) effective variances (1 - eps) * sigma^2
+    cb: np.ndarray  # (b + 1, n) lower band Cholesky factor of S, interleaved order
+    a: np.ndarray  # (n,) S^{-1} r
+    a_band: np.ndarray  # (K, D) S^{-1} r, interleaved order
+    nll: float
+    logdet: float
+    rows: LocalRows
+    Ju: np.ndarray  # (M+1, D, D)
+    weights: np.ndarray | None = None
+
+    @property
+    def v(self) -> np.ndarray:
+        """Effective noise variance of every data entry, ``(M+1, D)``."""
+        if self.weights is None:
+            return np.broadcast_to(self.s2, (self.Ju.shape[0], self.s2.size))
+        return self.s2[None, :] * self.weights
+
+    @property
+    def quadratic(self) -> float:
+        """The quadratic form ``r' S^-1 r / 2``."""
+        return 0.5 * float(self.r @ self.a)
+
+    def to_band_order(self, x: np.ndarray) -> np.ndarray:
+        """State-major rows (``d K + k``, original order) to the interleaved order."""
+        return _to_band(self.rows, self.Ju.shape[1], x)
+
+    def from_band_order(self, x: np.ndarray) -> np.ndarray:
+        """Interleaved rows back to state-major rows in the original order."""
+        return _from_band(self.rows, self.Ju.shape[1], x)
+
+    def solve(self, B: np.ndarray) -> np.ndarray:
+        """``S^-1 B`` for state-major rows ``B`` (n,) or (n, c) (``kernels.solve_covariance``)."""
+        z = _tri_solve(self.cb, self.to_band_order(B), "N")
+        return self.from_band_order(_tri_solve(self.cb, z, "T"))
+
+    def whiten(self) -> np.ndarray:
+        """``C^-1 r`` in the interleaved order (``C`` is the band factor, not the dense one:
+        the whitened residuals differ from ``kernels.whiten`` by an orthogonal map)."""
+        return _tri_solve(self.cb, self.to_band_order(self.r), "N")
+
+    @functools.cached_property
+    def projections(self) -> tuple[np.ndarray, np.ndarray]:
+        """``Phi^T a_d`` and ``dPhi^T a_d`` per time point, each (D, M+1)."""
+        rows, A = self.rows, self.a_band
+        both = np.concatenate(
+            [rows.phi[:, :, None] * A[:, None, :], rows.dphi[:, :, None] * A[:, None, :]], axis=2
+        )
+        PA = rows.scatter(both).T
+        D = A.shape[1]
+        return PA[:D], PA[D:]
+
+    @property
+    def La(self) -> np.ndarray:
+        """``L^T a`` as ``[e, m]``."""
+        Pa, Da = self.projections
+        return np.einsum("dm,mde->em", Pa, self.Ju, optimize=True) + Da
+
+
+def evaluate(
+    phi: np.ndarray | None,
+    dphi: np.ndarray | None,
+    b: np.ndarray,
+    F: np.ndarray,
+    Ju: np.ndarray,
+    sigma2: np.ndarray,
+    ridge: float,
+    diag: float | None = None,
+    weights: np.ndarray | None = None,
+    *,
+    rows: LocalRows | None = None,
+) -> BandedEvaluation:
+    """Residual, band factor of ``S`` and negative log-likelihood (``kernels.evaluate``).
+
+    Same arguments as :func:`pymc_wendy.weak.kernels.evaluate`; ``rows`` (from
+    :func:`local_rows`, built once per data set) replaces ``phi`` and ``dphi``, which are
+    then not read and may be None.
+
+    Raises
+    ------
+    CovarianceError
+        If ``S`` is not positive definite.
+    """
+    if rows is None:
+        rows = local_rows(phi, dphi)
+    D = F.shape[1]
+    n = rows.K * D
+    # the residual Phi F + b, summed over each window
+    PF = np.einsum("pt,ptd->pd", rows.phi, rows.gather(F), optimize=True)
+    Rm = np.empty((rows.K, D))
+    Rm[rows.order] = PF
+    r = (Rm + b).T.ravel()
+    s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
+    v = s2 if weights is None else s2[None, :] * weights
+    cb = _cholesky_band(covariance_band(rows, Ju, v, ridge if diag is None else diag))
+    z = _tri_solve(cb, _to_band(rows, D, r), "N")
+    a_band = _tri_solve(cb, z, "T")
+    logdet = float(2.0 * np.sum(np.log(cb[0])))
+    return BandedEvaluation(
+        r=r,
+        s2=s2,
+        cb=cb,
+        a=_from_band(rows, D, a_band),
+        a_band=a_band.reshape(rows.K, D),
+        nll=float(0.5 * (logdet + z @ z + n * LOG_2PI)),
+        logdet=logdet,
+        rows=rows,
+        Ju=Ju,
+        weights=weights,
+    )
+
+
+# --- selected inverse and gradient -----------------------------------------------------------
+
+
+@numba.njit(cache=True)
+def _selected_inverse(cb: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    n = cb.shape[1]
+    b = cb.shape[0] - 1
+    z = np.zeros_like(cb)
+    # Z C = C^-T column by column from the last: for i >= j,
+    # Z[i, j] = (delta_ij / C[j, j] - sum_{k=j+1}^{j+b} Z[i, k] C[k, j]) / C[j, j],
+    # where every Z[i, k] needed lies inside the band and in a later column
+    for j in range(n - 1, -1, -1):
+        top = min(j + b, n - 1)
+        cjj = cb[0, j]
+        for i in range(top, j, -1):
+            s = 0.0
+            for k in range(j + 1, top + 1):
+                zik = z[i - k, k] if i >= k else z[k - i, i]
+                s += zik * cb[k - j, j]
+            z[i - j, j] = -s / cjj
+        s = 0.0
+        for k in range(j + 1, top + 1):
+            s += z[k - j, j] * cb[k - j, j]
+        z[0, j] = (1.0 / cjj - s) / cjj
+    return z
+
+
+def selected_inverse(cb: np.ndarray) -> np.ndarray:
+    """The band of ``S^{-1}`` from the lower band Cholesky factor of ``S`` (same storage).
+
+    Takahashi / Erisman-Tinney recursion: ``O(n b^2)`` flops, no entry outside the band
+    computed. Compiled with numba (a loop over rows).
+    """
+    return _selected_inverse(np.ascontiguousarray(cb))
+
+
+def _inverse_on_windows(ev: BandedEvaluation) -> tuple[np.ndarray, np.ndarray]:
+    """``Y[p, t, d, f] = sum_q S^-1[(p, d), (q, f)] g_q(time t of window p)`` for ``g = phi``
+    and ``g = dphi``, each (K, width, D, D): ``S^-1`` applied to the test functions, where
+    row ``p``'s test function is non-zero."""
+    rows = ev.rows
+    K, D = rows.K, ev.Ju.shape[1]
+    blocks = _band_to_blocks(selected_inverse(ev.cb), K, D, rows.w)
+    Yp = blocks[0][:, None, :, :] * rows.phi[:, :, None, None]
+    Yd = blocks[0][:, None, :, :] * rows.dphi[:, :, None, None]
+    for q, (Pi, Di, Pj, Dj) in enumerate(rows.shifted, start=1):  # loop over band diagonals
+        blk = blocks[q]  # S^-1[(p + q, d), (p, f)]
+        up = blk.transpose(0, 2, 1)[:, None]  # S^-1[(p, d), (p + q, f)]
+        Yp[: K - q] += up * Pi[:, :, None, None]
+        Yd[: K - q] += up * Di[:, :, None, None]
+        Yp[q:] += blk[:, None] * Pj[:, :, None, None]
+        Yd[q:] += blk[:, None] * Dj[:, :, None, None]
+    return Yp, Yd
+
+
+def _quadratic_forms(ev: BandedEvaluation, sigma2: bool) -> tuple[np.ndarray, ...]:
+    """``Q_gh[m, d, f] = sum_{k, l} g_k(m) S^-1[(d, k), (f, l)] h_l(m)`` for ``(g, h)`` =
+    (phi, phi), (phi, dphi) and, with ``sigma2``, (dphi, dphi); each (M+1, D, D)."""
+    rows = ev.rows
+    D = ev.Ju.shape[1]
+    Yp, Yd = _inverse_on_windows(ev)
+    parts = [rows.phi[:, :, None, None] * Yp, rows.phi[:, :, None, None] * Yd]
+    if sigma2:
+        parts.append(rows.dphi[:, :, None, None] * Yd)
+    Q = rows.scatter(np.stack(parts, axis=2))  # (M+1, parts * D * D)
+    return tuple(Q.reshape(-1, len(parts), D, D).transpose(1, 0, 2, 3))
+
+
+def gradient_parts(
+    ev: BandedEvaluation,
+    phi: np.ndarray | None,
+    Jp: np.ndarray,
+    Jup: np.ndarray,
+    ridge: float,
+    logdet: bool = True,
+    sigma2: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Gradient with respect to ``p`` and the noise variances, and ``B`` (D, M+1, D)
+    (``kernels.gradient_parts``; ``phi`` is not read, ``ev.rows`` holds the test functions).
+
+    Only ``S^{-1}`` between test functions that share a time point enters, the band that
+    :func:`selected_inverse` gives:
+    ``B[d, m, e] = v[m, e] (Q_pp[m] Ju[m] + Q_pd[m] - Phi^T a_d (L^T a)_e)[d, e]`` and, per
+    column ``(e, m)`` of ``L``, ``L^T S^-1 L = (Ju^T Q_pp Ju + 2 Ju * Q_pd + Q_dd)[e, e]``.
+    """
+    Ju = ev.Ju
+    Pa, _ = ev.projections
+    La = ev.La
+    B = -Pa[:, :, None] * La.T[None, :, :]
+    Q = _quadratic_forms(ev, sigma2) if logdet else None
+    if logdet:
+        B += np.einsum("mdf,mfe->dme", Q[0], Ju, optimize=True) + Q[1].transpose(1, 0, 2)
+    B *= ev.v[None, :, :]
+    # G^T a = sum over time of (Phi^T a_d) df_d/dp: G itself is never formed
+    grad_p = np.einsum("dm,mdj->j", Pa, Jp, optimize=True)
+    grad_p += np.einsum("dme,mdej->j", B, Jup, optimize=True)
+    if not sigma2:
+        return grad_p, None, B
+    per_em = -(La**2)
+    if logdet:
+        per_em += (
+            np.einsum("mde,mdf,mfe->em", Ju, Q[0], Ju, optimize=True)
+            + 2.0 * np.einsum("mde,mde->em", Ju, Q[1], optimize=True)
+            + np.einsum("mee->em", Q[2])
+        )
+    if ev.weights is not None:
+        per_em = per_em * ev.weights.T
+    grad_s2 = 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
+    return grad_p, grad_s2, B

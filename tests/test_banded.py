@@ -56,6 +56,8 @@ class Case:
     Jup: np.ndarray
     s2: np.ndarray
     diag: float
+    Jpp: np.ndarray | None = None
+    Jupp: np.ndarray | None = None
 
     def with_test_functions(self, phi: np.ndarray, dphi: np.ndarray) -> Case:
         return dataclasses.replace(self, phi=phi, dphi=dphi)
@@ -74,7 +76,7 @@ def _case(name: str) -> Case:
     form = lik.form
     p = prob.p_true * 1.05
     if type(form).__name__ == FIRST_ORDER:
-        F, Ju, Jp, Jup = form.derivs(p, "f", "f_u", "f_p", "f_up")
+        F, Ju, Jp, Jup, Jpp, Jupp = form.derivs(p, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
     else:
         # higher-order / forced models run operator_kernels, not kernels: the kernels are
         # array functions, so their test functions are checked with generic derivative arrays
@@ -117,6 +119,10 @@ def _compare(case: Case, weights: np.ndarray | None, shuffle: bool = False) -> b
         gp, none, _ = banded.gradient_parts(evb, None, case.Jp, case.Jup, 1e-10, logdet, False)
         assert none is None
         close(gp, g)
+        if case.Jpp is not None:  # the Newton model (no trace terms) of the Hessian
+            derivs = (case.Jp, case.Jup, case.Jpp, case.Jupp, B)
+            H = kernels.hessian(ev, phi, *derivs, logdet=logdet, exact=False)
+            close(banded.hessian(evb, None, *derivs, logdet=logdet, exact=False), H)
     return rows
 
 
@@ -189,6 +195,14 @@ def test_selected_inverse_of_a_weak_covariance():
         close(Z[q, : n - q], np.diagonal(Sinv, -q), 1e-9)
 
 
+def test_exact_hessian_stays_dense():
+    case = _case("logistic")
+    evb = banded.evaluate(case.phi, case.dphi, case.b, case.F, case.Ju, case.s2, 1e-10, case.diag)
+    _, _, B = banded.gradient_parts(evb, None, case.Jp, case.Jup, 1e-10)
+    with pytest.raises(ValueError, match="dense path"):
+        banded.hessian(evb, None, case.Jp, case.Jup, case.Jpp, case.Jupp, B)
+
+
 def test_not_positive_definite():
     case = _case("lotka_volterra")
     rows = banded.local_rows(case.phi, case.dphi)
@@ -243,7 +257,9 @@ def test_known_initial_state():
     lik = pw.WeakLikelihood(prob.model, data.t, data.U, initial_state=prob.u0)
     form = lik.form
     assert lik.test_functions.n_boundary == 1 and form.weights is not None
-    F, Ju, Jp, Jup = form.derivs(prob.p_true * 1.05, "f", "f_u", "f_p", "f_up")
+    derivs = form.derivs(prob.p_true * 1.05, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
+    F, Ju, Jp, Jup, Jpp, Jupp = derivs
     case = Case("lv0", lik.phi, lik.dphi, form.X, F, Ju, Jp, Jup, lik.sigma**2, lik.ridge_diag)
+    case.Jpp, case.Jupp = Jpp, Jupp
     _compare(case, form.weights)
     _compare(case, form.weights, shuffle=True)

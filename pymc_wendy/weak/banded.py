@@ -23,8 +23,9 @@ What it costs
 
 What it does not do
     The exact Hessian's trace term ``tr(S^-1 S_i S^-1 S_j)`` needs ``S^{-1}`` far outside the
-    band (``S^-1 S_i`` is dense), so it stays on the dense path (``kernels.hessian``); the
-    Newton model (``exact=False``) would only need solves and could follow.
+    band (``S^-1 S_i`` is dense), so it stays on the dense path (``kernels.hessian``).
+    :func:`hessian` gives the trust-region MLE's Newton model (``exact=False``), which needs
+    one band solve against ``J`` columns and sums over time.
 
 When it helps
     Only for *local* test functions. The default ones (:func:`~pymc_wendy.weak.test_functions.
@@ -64,6 +65,7 @@ __all__ = [
     "covariance_band",
     "evaluate",
     "gradient_parts",
+    "hessian",
     "local_rows",
     "selected_inverse",
 ]
@@ -615,3 +617,57 @@ def gradient_parts(
         per_em = per_em * ev.weights.T
     grad_s2 = 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
     return grad_p, grad_s2, B
+
+
+# --- Hessian (the Newton model only) ---------------------------------------------------------
+
+
+def hessian(
+    ev: BandedEvaluation,
+    phi: np.ndarray | None,
+    Jp: np.ndarray,
+    Jup: np.ndarray,
+    Jpp: np.ndarray,
+    Jupp: np.ndarray,
+    B: np.ndarray,
+    logdet: bool = True,
+    exact: bool = True,
+) -> np.ndarray:
+    """Hessian in ``p`` without the log-determinant's trace terms (``kernels.hessian`` with
+    ``exact=False``, or ``logdet=False``): the trust-region MLE's Newton model.
+
+    Everything but ``V' S^-1 V`` (``V = dr/dp - dS/dp a``, one band solve against ``J``
+    columns) is a sum over time points. The exact Hessian's ``tr(S^-1 S_i S^-1 S_j)`` needs
+    ``S^-1`` outside the band and is left to the dense kernels: asking for it raises.
+
+    Raises
+    ------
+    ValueError
+        For ``exact=True`` with ``logdet=True``.
+    """
+    if exact and logdet:
+        raise ValueError(
+            "the exact Hessian's trace terms need S^-1 beyond the band: use "
+            "kernels.hessian on the dense path (or exact=False for the Newton model)"
+        )
+    rows, Ju = ev.rows, ev.Ju
+    M1, D, _ = Ju.shape
+    J = Jp.shape[2]
+    vT = ev.v.T  # (D, M+1)
+    Pa, _ = ev.projections
+    La = ev.La
+    c = np.einsum("dm,mdei->iem", Pa, Jup, optimize=True)  # L_i^T a
+    cs = c * vT[None, :, :]
+    # S_i a = L_i Sigma' L^T a + L Sigma' L_i^T a, as Phi u + dPhi cs on the windows
+    u = np.einsum("mdei,em->mdi", Jup, vT * La, optimize=True)
+    u += np.einsum("mde,iem->mdi", Ju, cs, optimize=True)
+    V = np.einsum("pt,ptx->px", rows.phi, rows.gather((Jp - u).reshape(M1, D * J)))
+    V -= np.einsum("pt,ptx->px", rows.dphi, rows.gather(cs.transpose(2, 1, 0).reshape(M1, -1)))
+    Wv = _tri_solve(ev.cb, V.reshape(rows.K * D, J), "N")  # interleaved rows: C is the band's
+    H = (
+        np.einsum("dm,mdij->ij", Pa, Jpp, optimize=True)
+        + Wv.T @ Wv
+        + np.einsum("dme,mdeij->ij", B, Jupp, optimize=True)
+        - cs.reshape(J, -1) @ c.reshape(J, -1).T
+    )
+    return 0.5 * (H + H.T)

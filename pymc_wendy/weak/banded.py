@@ -159,16 +159,23 @@ class LocalRows:
         return self.start[:, None] + np.arange(self.width)[None, :]
 
     @functools.cached_property
-    def shifted(self) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]:
-        """For ``q = 1..w``: ``phi`` and ``dphi`` of row ``p + q`` on the window of row ``p``,
-        then of row ``p`` on the window of row ``p + q`` (shapes (K - q, width)); what every
-        pass over a band diagonal multiplies. Built once per set of test functions."""
-        out = []
-        for q in range(1, self.w + 1):  # loop over band diagonals only
+    def neighbours(self) -> tuple[np.ndarray, np.ndarray]:
+        """``phi`` and ``dphi`` of rows ``p + q``, ``q = -w..w``, on the window of row ``p``:
+        ``G[p, t, w + q]``, each of shape (K, width, 2 w + 1), zero where ``p + q`` is out of
+        range or outside its own window. Every sum over a band diagonal is then one batched
+        matrix product over all of them. Built once per set of test functions;
+        ``16 K width (2 w + 1)`` bytes (8 MB for 16385 points, radius 8, stride 4), which is
+        why the banded path is for small ``w``."""
+        K, w = self.K, self.w
+        Gp = np.zeros((K, self.width, 2 * w + 1))
+        Gd = np.zeros_like(Gp)
+        Gp[:, :, w], Gd[:, :, w] = self.phi, self.dphi
+        for q in range(1, w + 1):  # loop over band diagonals only
             up = _shift(self.start[:-q], self.start[q:], self.phi[q:], self.dphi[q:])
+            Gp[: K - q, :, w + q], Gd[: K - q, :, w + q] = up
             down = _shift(self.start[q:], self.start[:-q], self.phi[:-q], self.dphi[:-q])
-            out.append((*up, *down))
-        return tuple(out)
+            Gp[q:, :, w - q], Gd[q:, :, w - q] = down
+        return Gp, Gd
 
     def to_dense(self) -> tuple[np.ndarray, np.ndarray]:
         """``(phi, dphi)`` of shape (K, M+1) in the original row order (tests, small sizes)."""
@@ -273,21 +280,9 @@ def _time_weights(Ju: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return w, c, np.ascontiguousarray(vm)
 
 
-def _block(
-    Pi: np.ndarray, Di: np.ndarray, Pj: np.ndarray, Dj: np.ndarray, weights: tuple
-) -> np.ndarray:
-    """``S[(i, d), (j, f)]`` for row pairs ``(i, j)`` given on the window of ``j``, shape
-    (pairs, D, D). ``weights`` are :func:`_time_weights` gathered on those windows."""
-    wg, cg, vg = weights
-    n, s, D = vg.shape
-
-    def contract(x, g):  # sum over the window: a batch of (1 x s) (s x D^2) products
-        return np.matmul(x[:, None, :], g.reshape(n, s, -1))[:, 0].reshape(n, D, -1)
-
-    S = contract(Pi * Pj, wg) + contract(Pi * Dj, cg)
-    S += contract(Di * Pj, cg).transpose(0, 2, 1)
-    S[:, np.arange(D), np.arange(D)] += contract(Di * Dj, vg)[:, :, 0]
-    return S
+def _window_sums(G: np.ndarray, g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """``sum_t G[p, t, q] g[p, t] h[p, t, x]``: shape (K, q, x), one batched product."""
+    return np.matmul((G * g[:, :, None]).transpose(0, 2, 1), h)
 
 
 def covariance_band(
@@ -312,13 +307,23 @@ def covariance_band(
         ``ab[i - j, j] = S[i, j]`` for ``i >= j`` with ``i = p D + d`` (``p`` the position of
         the test function in ``rows.order``): what ``scipy.linalg.cholesky_banded(ab,
         lower=True)`` takes.
+
+    Notes
+    -----
+    Block ``S[(p + q, d), (p, f)]`` sums over the window of ``p``:
+    ``phi_{p+q} phi_p w_df + phi_{p+q} phi_p' c_df + phi_{p+q}' phi_p c_fd
+    + [d = f] phi_{p+q}' phi_p' v_d`` with ``w_df = sum_e v_e Ju_de Ju_fe`` and
+    ``c_df = v_f Ju_df`` (``kernels._covariance``), for every ``q = 0..w`` at once.
     """
-    K, D = rows.K, Ju.shape[1]
-    weights = tuple(rows.gather(x) for x in _time_weights(Ju, v))
-    blocks = [_block(rows.phi, rows.dphi, rows.phi, rows.dphi, weights)]
-    for q, (Pi, Di, _, _) in enumerate(rows.shifted, start=1):  # loop over band diagonals
-        head = tuple(x[: K - q] for x in weights)
-        blocks.append(_block(Pi, Di, rows.phi[: K - q], rows.dphi[: K - q], head))
+    K, s, D, w = rows.K, rows.width, Ju.shape[1], rows.w
+    wg, cg, vg = (rows.gather(x).reshape(K, s, -1) for x in _time_weights(Ju, v))
+    Gp, Gd = rows.neighbours
+    up_p, up_d = Gp[:, :, w:], Gd[:, :, w:]  # rows p + q, q = 0..w
+    S = _window_sums(up_p, rows.phi, wg) + _window_sums(up_p, rows.dphi, cg)
+    S = S.reshape(K, w + 1, D, D)
+    S += _window_sums(up_d, rows.phi, cg).reshape(K, w + 1, D, D).transpose(0, 1, 3, 2)
+    S[:, :, np.arange(D), np.arange(D)] += _window_sums(up_d, rows.dphi, vg)
+    blocks = [S[: K - q, q] for q in range(w + 1)]
     ab = _blocks_to_band(blocks, K, D, rows.bandwidth(D))
     ab[0] += diag
     return ab
@@ -545,22 +550,21 @@ def selected_inverse(cb: np.ndarray) -> np.ndarray:
 
 
 def _inverse_on_windows(ev: BandedEvaluation) -> tuple[np.ndarray, np.ndarray]:
-    """``Y[p, t, d, f] = sum_q S^-1[(p, d), (q, f)] g_q(time t of window p)`` for ``g = phi``
-    and ``g = dphi``, each (K, width, D, D): ``S^-1`` applied to the test functions, where
-    row ``p``'s test function is non-zero."""
+    """``Y[p, t, (d, f)] = sum_q S^-1[(p, d), (q, f)] g_q(time t of window p)`` for
+    ``g = phi`` and ``g = dphi``, each (K, width, D D): ``S^-1`` applied to the test
+    functions, where row ``p``'s test function is non-zero."""
     rows = ev.rows
-    K, D = rows.K, ev.Ju.shape[1]
-    blocks = _band_to_blocks(selected_inverse(ev.cb), K, D, rows.w)
-    Yp = blocks[0][:, None, :, :] * rows.phi[:, :, None, None]
-    Yd = blocks[0][:, None, :, :] * rows.dphi[:, :, None, None]
-    for q, (Pi, Di, Pj, Dj) in enumerate(rows.shifted, start=1):  # loop over band diagonals
-        blk = blocks[q]  # S^-1[(p + q, d), (p, f)]
-        up = blk.transpose(0, 2, 1)[:, None]  # S^-1[(p, d), (p + q, f)]
-        Yp[: K - q] += up * Pi[:, :, None, None]
-        Yd[: K - q] += up * Di[:, :, None, None]
-        Yp[q:] += blk[:, None] * Pj[:, :, None, None]
-        Yd[q:] += blk[:, None] * Dj[:, :, None, None]
-    return Yp, Yd
+    K, D, w = rows.K, ev.Ju.shape[1], rows.w
+    blocks = _band_to_blocks(selected_inverse(ev.cb), K, D, w)
+    # Sn[p, w + q] = S^-1[(p, d), (p + q, f)], q = -w..w
+    Sn = np.zeros((K, 2 * w + 1, D, D))
+    Sn[:, w] = blocks[0]
+    for q in range(1, w + 1):  # loop over band diagonals only
+        Sn[: K - q, w + q] = blocks[q].transpose(0, 2, 1)
+        Sn[q:, w - q] = blocks[q]
+    Sn = Sn.reshape(K, 2 * w + 1, D * D)
+    Gp, Gd = rows.neighbours
+    return np.matmul(Gp, Sn), np.matmul(Gd, Sn)
 
 
 def _quadratic_forms(ev: BandedEvaluation, sigma2: bool) -> tuple[np.ndarray, ...]:
@@ -569,9 +573,9 @@ def _quadratic_forms(ev: BandedEvaluation, sigma2: bool) -> tuple[np.ndarray, ..
     rows = ev.rows
     D = ev.Ju.shape[1]
     Yp, Yd = _inverse_on_windows(ev)
-    parts = [rows.phi[:, :, None, None] * Yp, rows.phi[:, :, None, None] * Yd]
+    parts = [rows.phi[:, :, None] * Yp, rows.phi[:, :, None] * Yd]
     if sigma2:
-        parts.append(rows.dphi[:, :, None, None] * Yd)
+        parts.append(rows.dphi[:, :, None] * Yd)
     Q = rows.scatter(np.stack(parts, axis=2))  # (M+1, parts * D * D)
     return tuple(Q.reshape(-1, len(parts), D, D).transpose(1, 0, 2, 3))
 

@@ -12,8 +12,11 @@ Two tables.
    grows too), centres every ``--stride`` points. Median wall time of value + gradient
    (``kernels.evaluate`` + ``kernels.gradient_parts`` against ``banded.evaluate`` +
    ``banded.gradient_parts``), their ratio, and the largest relative difference of the value
-   and gradient where both run. The dense path is skipped once its predicted time (the last
-   measured one times the cube of the growth in ``K``) passes ``--dense-limit`` seconds.
+   and gradient where both run. Column ``numba`` is the compiled dense kernel the Op runs
+   (``numba_kernels.make_kernel``, general path, noise fixed) on a ``WeakLikelihood`` with
+   the same test functions, for scale. A dense path is skipped once its predicted time (the
+   last measured one times the cube of the growth in ``K``) passes ``--dense-limit`` seconds;
+   the banded one once its neighbour stacks (``LocalRows.neighbours``) would pass 2 GB.
 
 The bumps are built as windows (:meth:`LocalRows.from_windows`), never as a ``K x (M+1)``
 matrix, except to feed the dense kernels.
@@ -30,6 +33,7 @@ import warnings
 
 import numpy as np
 
+from pymc_wendy.backends import numba_kernels
 from pymc_wendy.problems import get_problem, list_problems
 from pymc_wendy.weak import banded, kernels
 from pymc_wendy.weak.likelihood import WeakLikelihood
@@ -37,6 +41,7 @@ from pymc_wendy.weak.test_functions import bump, bump_derivative
 
 SIZES = (257, 513, 1025, 2049, 4097, 8193, 16385)
 RIDGE = 1e-10
+MAX_STACK_BYTES = 2 * 2**30
 
 
 def bump_windows(t: np.ndarray, r: int, stride: int, eta: float = 9.0) -> banded.LocalRows:
@@ -104,11 +109,82 @@ def _inputs(n_points: int, r: int, stride: int):
     s2 = data.sigma**2
     # the likelihood's relative ridge: ridge * (mean squared row norm of dPhi) * min variance
     diag = RIDGE * float(np.mean(np.sum(rows.dphi**2, axis=1))) * float(np.min(s2))
-    return rows, (b, F, Ju, s2, RIDGE, diag), (Jp, Jup)
+    return rows, (b, F, Ju, s2, RIDGE, diag), (Jp, Jup), (prob, data, p)
 
 
 def _rel(x, y) -> float:
     return float(np.max(np.abs(np.asarray(x) - y)) / max(np.max(np.abs(y)), 1e-300))
+
+
+class _Dense:
+    """A dense timing that stops once its predicted cost passes the limit."""
+
+    def __init__(self, limit: float):
+        self.limit, self.last = limit, None  # last: (K, seconds)
+
+    def predicted(self, K: int) -> float:
+        return 0.0 if self.last is None else self.last[1] * (K / self.last[0]) ** 3
+
+    def allowed(self, K: int) -> bool:
+        return self.predicted(K) <= self.limit
+
+    def time(self, K: int, fn, repeats: int) -> float:
+        seconds = _median_time(fn, repeats if self.predicted(K) < 1 else 1)
+        self.last = (K, seconds)
+        return seconds
+
+
+def _numba_kernel(rows: banded.LocalRows, problem):
+    prob, data, p = problem
+    phi, dphi = rows.to_dense()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lik = WeakLikelihood(
+            prob.model, data.t, data.U, sigma=data.sigma, test_functions=(phi, dphi),
+            linear="general",
+        )  # fmt: skip
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)
+    s2 = lik.sigma**2
+    return lambda: kernel(p, s2, 0.0)
+
+
+def _row(args, M1: int, dense: _Dense, compiled: _Dense) -> str:
+    r = args.radius if args.fixed == "points" else round(args.radius * (M1 - 1) / 512)
+    rows, ev_args, g_args, problem = _inputs(M1, r, args.stride)
+    D = ev_args[1].shape[1]
+
+    def run_banded():
+        ev = banded.evaluate(None, None, *ev_args, rows=rows)
+        return ev, banded.gradient_parts(ev, None, *g_args, ev_args[4])
+
+    stack = 16 * rows.K * rows.width * (2 * rows.w + 1)
+    t_band = _median_time(run_banded, args.repeats) if stack <= MAX_STACK_BYTES else None
+    phi, dphi = rows.to_dense() if dense.allowed(rows.K) else (None, None)
+
+    def run_dense():
+        ev = kernels.evaluate(phi, dphi, *ev_args)
+        return ev, kernels.gradient_parts(ev, phi, *g_args, ev_args[4])
+
+    t_dense = dense.time(rows.K, run_dense, args.repeats) if phi is not None else None
+    t_numba = None
+    if compiled.allowed(rows.K):
+        t_numba = compiled.time(rows.K, _numba_kernel(rows, problem), args.repeats)
+    diff = "-"
+    if t_dense is not None and t_band is not None:
+        (evd, gd), (evb, gb) = run_dense(), run_banded()
+        diff = f"{max(abs(evd.nll - evb.nll) / abs(evd.nll), _rel(gb[0], gd[0])):.1e}"
+
+    def ms(x):
+        return "skipped" if x is None else f"{1e3 * x:.1f}"
+
+    def ratio(x):
+        return "-" if x is None or t_band is None else f"{x / t_band:.1f}"
+
+    return (
+        f"{M1:>6} {r:>5} {rows.K:>5} {rows.w:>4} {rows.bandwidth(D):>4} "
+        f"{rows.band_fraction(D):>6.3f} {ms(t_dense):>9} {ms(t_numba):>9} {ms(t_band):>9} "
+        f"{ratio(t_dense):>7} {ratio(t_numba):>7} {diff:>8}"
+    )
 
 
 def scaling(args) -> None:
@@ -118,44 +194,14 @@ def scaling(args) -> None:
         f"{args.repeats} value+gradient calls"
     )
     head = (
-        f"{'M+1':>6} {'r pts':>5} {'K':>5} {'w':>4} {'b':>4} {'band':>6} {'dense ms':>10} "
-        f"{'banded ms':>10} {'dense/banded':>12} {'rel diff':>9}"
+        f"{'M+1':>6} {'r pts':>5} {'K':>5} {'w':>4} {'b':>4} {'band':>6} {'dense ms':>9} "
+        f"{'numba ms':>9} {'banded ms':>9} {'d/b':>7} {'n/b':>7} {'rel diff':>8}"
     )
     print(head)
     print("-" * len(head))
-    last = None  # (K, seconds) of the last dense run
+    dense, compiled = _Dense(args.dense_limit), _Dense(args.dense_limit)
     for M1 in SIZES:
-        r = args.radius if args.fixed == "points" else round(args.radius * (M1 - 1) / 512)
-        rows, ev_args, g_args = _inputs(M1, r, args.stride)
-        D = ev_args[1].shape[1]
-
-        def run_banded(rows=rows, ev_args=ev_args, g_args=g_args):
-            ev = banded.evaluate(None, None, *ev_args, rows=rows)
-            return ev, banded.gradient_parts(ev, None, *g_args, ev_args[4])
-
-        t_band = _median_time(run_banded, args.repeats)
-        dense_txt, ratio_txt, diff_txt = "skipped", "-", "-"
-        predicted = 0.0 if last is None else last[1] * (rows.K / last[0]) ** 3
-        if predicted <= args.dense_limit:
-            phi, dphi = rows.to_dense()
-
-            def run_dense(phi=phi, dphi=dphi, ev_args=ev_args, g_args=g_args):
-                ev = kernels.evaluate(phi, dphi, *ev_args)
-                return ev, kernels.gradient_parts(ev, phi, *g_args, ev_args[4])
-
-            t_dense = _median_time(run_dense, max(1, args.repeats if predicted < 1 else 1))
-            last = (rows.K, t_dense)
-            (evd, gd), (evb, gb) = run_dense(), run_banded()
-            diff = max(abs(evd.nll - evb.nll) / abs(evd.nll), _rel(gb[0], gd[0]))
-            dense_txt = f"{1e3 * t_dense:10.1f}"
-            ratio_txt = f"{t_dense / t_band:12.1f}"
-            diff_txt = f"{diff:9.1e}"
-        print(
-            f"{M1:>6} {r:>5} {rows.K:>5} {rows.w:>4} {rows.bandwidth(D):>4} "
-            f"{rows.band_fraction(D):>6.3f} {dense_txt:>10} {1e3 * t_band:>10.1f} "
-            f"{ratio_txt:>12} {diff_txt:>9}",
-            flush=True,
-        )
+        print(_row(args, M1, dense, compiled), flush=True)
 
 
 def main(argv=None) -> None:

@@ -40,12 +40,23 @@ When it helps
 How it should be dispatched (not wired yet)
     Build :class:`LocalRows` once per data set (``local_rows(phi, dphi)``, or directly from
     windows with :meth:`LocalRows.from_windows` so that ``phi`` is never stored dense) and
-    take the banded path when the band holds a small share of the matrix:
-    ``rows.band_fraction(D) <= 0.25`` (``benchmarks/banded_scaling.py``: on FitzHugh-Nagumo
-    the banded value + gradient is faster from ``K D`` of a few hundred on, where the band
-    fraction is 10 % or less; at band fractions near 1 the dense kernels win by the cost of
-    the Python-level band passes). The Hessian (exact) stays dense; callers that need it at
-    the optimum only (observed information) can afford one dense evaluation.
+    take the banded path when ``rows.band_fraction(D) <= 0.3``. Measured on FitzHugh-Nagumo
+    (``benchmarks/banded_scaling.py``, loaded 2-core machine, value + gradient against
+    ``kernels``): dense / banded time 10-45x at band shares 0.03-0.06 (513-1025 points),
+    3-8x at 0.13, 2.3-4.3x at 0.26, 0.96-1.1x at 0.54 and 0.2-0.4x at 0.86-1.0; the compiled
+    dense kernel of the Op (numba, general path) costs about what the numpy reference does at
+    these sizes, so the same threshold holds against it until the banded path is compiled
+    too. The default test functions always have share 1: dense.
+
+    Wiring into ``WeakLikelihood``: cache the rows on the form, call :func:`evaluate`,
+    :func:`gradient_parts` and, for the Newton model, :func:`hessian`; the exact Hessian,
+    ``quadratic_score_mean`` and the estimator covariances stay dense. The band factor
+    whitens in the interleaved order (``BandedEvaluation.whiten``): another orthogonal
+    rotation of the dense factor's whitened residual, so diagnostics that test whitened
+    residuals for normality see different (equally distributed) numbers. Into the numba Op:
+    :func:`selected_inverse` is already compiled; the band assembly and the window sums are
+    loops over test functions there, and ``dpbtrf`` / ``dtbtrs`` need wrappers next to the
+    dense kernels' ``potrf`` in ``pymc_wendy/backends/lapack.py``.
 """
 
 from __future__ import annotations

@@ -131,3 +131,21 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
 def test_input_output_refusals(model, observed, match):
     with pytest.raises(ValueError, match=match):
         pw.input_output(model, observed)
+
+
+@pytest.mark.parametrize("name", ["head_acceleration", "pk_iv_doses"])
+def test_a_solution_that_overflows_is_a_simulation_error_without_warnings(name):
+    """Models with inputs or derivative terms take scipy's solvers: a blow-up far from the
+    data fails as a SimulationError, with no floating-point warnings on the way (they leaked
+    from the right-hand side and the solver's step control)."""
+    import warnings
+
+    from pymc_wendy.model.simulate import SimulationError
+
+    prob = pw.get_problem(name)
+    data = prob.simulate(n_points=41, noise_ratio=0.05, seed=0)
+    u0 = np.ones(len(prob.model.companion_states))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(SimulationError):
+            pw.solve(prob.model, np.asarray(prob.p_true) * 1e200, u0, data.t, inputs=prob.inputs)

@@ -677,9 +677,12 @@ class ODEModel:
         if not self.has_operator_terms:
             return self.evaluate("f", np.atleast_1d(t), np.atleast_2d(u), p)[0]
         y = self._companion_point(u, w)
-        full = self._companion_function("rhs")(
-            np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states))
-        )[0]
+        # as in evaluate: a blow-up far from the data is the solver's to report, as a
+        # failed solve, not a floating-point warning per step
+        with np.errstate(all="ignore"):
+            full = self._companion_function("rhs")(
+                np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states))
+            )[0]
         out = np.empty(y.shape[1] - len(self.inputs))
         out[:-1] = y[0, 1 : out.size]
         out[self._top] = full
@@ -694,9 +697,10 @@ class ODEModel:
         n = y.shape[1] - len(self.inputs)
         out = np.zeros((n, n))
         out[np.arange(n - 1), np.arange(1, n)] = 1.0
-        rows = self._companion_function("jac")(
-            np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states, n))
-        )[0]
+        with np.errstate(all="ignore"):
+            rows = self._companion_function("jac")(
+                np.atleast_1d(float(t)), y, np.asarray(p, float), np.zeros((1, self.n_states, n))
+            )[0]
         out[self._top] = rows
         return out
 

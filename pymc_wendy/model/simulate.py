@@ -391,21 +391,24 @@ def integrate(
         rows.append(y[:, None])
         y = jump(float(t[0]), y)
     try:
-        for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-            last = i == len(edges) - 2
-            after = float(a) in jump_at  # a's output was taken before its jump
-            upto = last or float(b) in jump_at  # b's output, before its jump, belongs here
-            keep = t[((t > a) if after else (t >= a)) & ((t <= b) if upto else (t < b))]
-            t_eval = keep if keep.size and keep[-1] == b else np.append(keep, b)
-            sol = solve_ivp(
-                counted, (a, b), y, method=method, t_eval=t_eval, rtol=rtol, atol=atol, **kwargs
-            )
-            if sol.status != 0 or sol.y.shape[1] != t_eval.shape[0]:
-                break
-            rows.append(sol.y[:, : keep.size])
-            y = sol.y[:, -1]
-            if float(b) in jump_at:
-                y = jump(float(b), y)
+        # a solution that blows up overflows inside the solver's own step control; the
+        # failure is reported below (status, or a non-finite solution), not as warnings
+        with np.errstate(over="ignore", invalid="ignore"):
+            for i, (a, b) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+                last = i == len(edges) - 2
+                after = float(a) in jump_at  # a's output was taken before its jump
+                upto = last or float(b) in jump_at  # b's output, before its jump, belongs here
+                keep = t[((t > a) if after else (t >= a)) & ((t <= b) if upto else (t < b))]
+                t_eval = keep if keep.size and keep[-1] == b else np.append(keep, b)
+                sol = solve_ivp(
+                    counted, (a, b), y, method=method, t_eval=t_eval, rtol=rtol, atol=atol, **kwargs
+                )
+                if sol.status != 0 or sol.y.shape[1] != t_eval.shape[0]:
+                    break
+                rows.append(sol.y[:, : keep.size])
+                y = sol.y[:, -1]
+                if float(b) in jump_at:
+                    y = jump(float(b), y)
     except _EvaluationLimit as exc:
         raise SimulationError(
             f"{name}: the solver ({method}) gave up after {max_nfev} right-hand side "
@@ -416,7 +419,8 @@ def integrate(
     except (ValueError, ArithmeticError) as exc:
         raise SimulationError(f"{name}: the solver ({method}) raised {exc!r}") from exc
     if sol.status != 0 or sol.y.shape[1] != t_eval.shape[0]:
-        reached = sol.t[-1] if sol.t.size else a
+        ts = np.asarray(sol.t)  # a list when the solver fails before its first output
+        reached = ts[-1] if ts.size else a
         raise SimulationError(
             f"{name}: the solver ({method}) failed on [{t[0]:g}, {t[-1]:g}] after the "
             f"output time t = {reached:.6g}: {sol.message}"

@@ -344,7 +344,7 @@ def _is_scalar(v) -> bool:
 
 def _is_one_test_function_spec(v) -> bool:
     """Options, ready test functions, or one ``(phi, dphi)`` pair of matrices."""
-    if isinstance(v, Mapping | TestFunctions):
+    if isinstance(v, Mapping | TestFunctions | str):
         return True
     return isinstance(v, list | tuple) and len(v) == 2 and all(np.ndim(m) == 2 for m in v)
 

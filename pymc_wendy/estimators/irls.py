@@ -28,13 +28,21 @@ from pymc_wendy.weak.protocol import Likelihood
 _DEFAULTS = {"max_iter": 100, "tol": 1e-6, "sw_tol": 1e-4, "sw_start": 10}
 
 
-def _gls_step(lik: Likelihood, C: np.ndarray, p: np.ndarray, bounds=None) -> np.ndarray:
-    """``argmin_q |C^{-1} r(q)|^2`` inside ``bounds`` from ``p``: linear least squares when
-    linear in the parameters (closed form, or ``lsq_linear`` on the whitened system with
-    bounds), else trust-region reflective least squares."""
+def _whitener(lik: Likelihood, p: np.ndarray):
+    """``v -> C^-1 v`` at ``p``: the likelihood's own (banded for local test functions), or
+    from its dense covariance factor."""
+    own = getattr(lik, "whitener", None)
+    if own is not None:
+        return own(p)
+    C = lik.covariance_factor(p)
+    return lambda v: sla.solve_triangular(C, v, lower=True, check_finite=False)
 
-    def whiten(v):
-        return sla.solve_triangular(C, v, lower=True, check_finite=False)
+
+def _gls_step(lik: Likelihood, whiten, p: np.ndarray, bounds=None) -> np.ndarray:
+    """``argmin_q |C^{-1} r(q)|^2`` inside ``bounds`` from ``p`` (``whiten`` applies
+    ``C^-1``): linear least squares when linear in the parameters (closed form, or
+    ``lsq_linear`` on the whitened system with bounds), else trust-region reflective least
+    squares."""
 
     if lik.model.is_linear_in_params:
         G = lik.dr_dp(p)
@@ -86,10 +94,10 @@ def run_irls(
     chosen = None  # index of the returned iterate when it is not the last one
     for n in range(1, int(opts["max_iter"]) + 1):
         try:
-            C = lik.covariance_factor(p)
-            p_new = _gls_step(lik, C, p, bounds)
-            w = sla.solve_triangular(C, lik.residual(p_new), lower=True, check_finite=False)
-            w_old = sla.solve_triangular(C, lik.residual(p), lower=True, check_finite=False)
+            whiten = _whitener(lik, p)
+            p_new = _gls_step(lik, whiten, p, bounds)
+            w = whiten(lik.residual(p_new))
+            w_old = whiten(lik.residual(p))
         except (WeakLikelihoodError, np.linalg.LinAlgError) as exc:
             status, message = "failed", f"iteration {n}: {exc}"
             break

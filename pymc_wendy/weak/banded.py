@@ -37,7 +37,7 @@ When it helps
     :func:`~pymc_wendy.weak.test_functions.from_matrices`, as ``benchmarks/banded_scaling.py``
     does).
 
-How it should be dispatched (not wired yet)
+How it is dispatched
     Build :class:`LocalRows` once per data set (``local_rows(phi, dphi)``, or directly from
     windows with :meth:`LocalRows.from_windows` so that ``phi`` is never stored dense) and
     take the banded path when ``rows.band_fraction(D) <= 0.3``. Measured on FitzHugh-Nagumo
@@ -48,9 +48,12 @@ How it should be dispatched (not wired yet)
     these sizes, so the same threshold holds against it until the banded path is compiled
     too. The default test functions always have share 1: dense.
 
-    Wiring into ``WeakLikelihood``: cache the rows on the form, call :func:`evaluate`,
-    :func:`gradient_parts` and, for the Newton model, :func:`hessian`; the exact Hessian,
-    ``quadratic_score_mean`` and the estimator covariances stay dense. The band factor
+    Wired into ``WeakLikelihood`` (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`,
+    ``test_functions="local"``, :func:`use_banded`): the form keeps the rows, calls
+    :func:`evaluate`, :func:`gradient_parts` and, for the Newton model, :func:`hessian`; the
+    exact Hessian there is central differences of the gradient, the sandwich and GLS
+    covariances work on the windows and the band, and ``quadratic_score_mean`` and the dense
+    covariance factor densify (``pymc_wendy/weak/first_order.py``). The band factor
     whitens in the interleaved order (``BandedEvaluation.whiten``): another orthogonal
     rotation of the dense factor's whitened residual, so diagnostics that test whitened
     residuals for normality see different (equally distributed) numbers. Into the numba Op:
@@ -71,6 +74,7 @@ import scipy.linalg as sla
 from pymc_wendy.weak.kernels import LOG_2PI, CovarianceError
 
 __all__ = [
+    "MAX_BAND_SHARE",
     "BandedEvaluation",
     "LocalRows",
     "covariance_band",
@@ -79,7 +83,18 @@ __all__ = [
     "hessian",
     "local_rows",
     "selected_inverse",
+    "use_banded",
 ]
+
+#: The banded path is taken when at most this share of ``S`` lies inside the band (module
+#: docstring: dense and banded cost about the same at share ~0.5, banded is 2.3-4.3x faster
+#: at 0.26).
+MAX_BAND_SHARE = 0.3
+
+
+def use_banded(rows: LocalRows, D: int) -> bool:
+    """The dispatch rule: whether ``rows`` with ``D`` states should take the banded path."""
+    return rows.band_fraction(D) <= MAX_BAND_SHARE
 
 
 # --- the test functions as windows, ordered by centre ---------------------------------------
@@ -447,6 +462,11 @@ class BandedEvaluation:
         """``S^-1 B`` for state-major rows ``B`` (n,) or (n, c) (``kernels.solve_covariance``)."""
         z = _tri_solve(self.cb, self.to_band_order(B), "N")
         return self.from_band_order(_tri_solve(self.cb, z, "T"))
+
+    def whiten_rows(self, B: np.ndarray) -> np.ndarray:
+        """``C^-1`` applied to state-major rows ``B`` (n,) or (n, c), in the interleaved
+        order (``C`` the band factor): whitening for least squares and rank tests."""
+        return _tri_solve(self.cb, self.to_band_order(np.asarray(B, dtype=float)), "N")
 
     def whiten(self) -> np.ndarray:
         """``C^-1 r`` in the interleaved order (``C`` is the band factor, not the dense one:

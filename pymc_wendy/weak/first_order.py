@@ -2,14 +2,25 @@
 
 One integration by parts moves the derivative onto the test functions:
 ``r[k, d](p) = sum_m Phi[k, m] f_d(p, U[m], t_m) + sum_m dPhi[k, m] U[m, d]`` (BRIEF.md sec. 2),
-with the kernels of :mod:`pymc_wendy.weak.kernels`.
+with the kernels of :mod:`pymc_wendy.weak.kernels`, or, for local test functions whose
+covariance is banded (:func:`pymc_wendy.weak.banded.use_banded`), those of
+:mod:`pymc_wendy.weak.banded`.
+
+The banded path (``FirstOrderForm.banded``) never forms ``phi`` or ``S``: value, gradient,
+the optimiser's Newton model, ``S`` times a matrix (the sandwich covariance) and the
+whitening ``C^-1`` all work on the windows and the band. The exact Hessian's trace term needs
+``S^-1`` outside the band, so there the Hessian is central differences of the analytic
+gradient (``2 J`` gradients, relative error about ``1e-8``: :meth:`FirstOrderForm.hessian`).
+What still needs the dense ``S`` (the covariance factor itself, the bias correction's score
+mean, the compiled Op) densifies the test functions, with a clear error where they would
+not fit in memory (:data:`~pymc_wendy.weak.test_functions.local.DENSE_LIMIT_BYTES`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from pymc_wendy.weak import kernels, linear_form
+from pymc_wendy.weak import banded, kernels, linear_form
 from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
 from pymc_wendy.weak.test_functions import (
     TestFunctions,
@@ -29,8 +40,10 @@ class FirstOrderForm(WeakForm):
 
     def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
         super().__init__(model, t, X, test_functions, inputs, ridge, weights)
+        #: whether value, gradient and Newton model take the banded path
+        self.banded = self.rows is not None and banded.use_banded(self.rows, X.shape[1])
         #: the data's constant part of the residual, ``dPhi X``
-        self.b = self.dphi @ X
+        self.b = self._window_sum("dphi", X) if self.banded else self.dphi @ X
 
     @classmethod
     def accepts(cls, model) -> bool:
@@ -57,29 +70,116 @@ class FirstOrderForm(WeakForm):
             return tf
         return short if tf is None or short.K > tf.K else tf
 
+    # --- the windows (banded path) ----------------------------------------------------------
+    def _window_sum(self, which: str, A: np.ndarray) -> np.ndarray:
+        """``Phi A`` (``which="phi"``) or ``dPhi A`` from the windows: shape (K, ...) in the
+        original row order, for ``A`` of shape (M+1, ...)."""
+        rows = self.rows
+        out = np.einsum("pt,pt...->p...", getattr(rows, which), rows.gather(A), optimize=True)
+        res = np.empty_like(out)
+        res[rows.order] = out
+        return res
+
+    def _window_transpose(self, which: str, A: np.ndarray) -> np.ndarray:
+        """``Phi^T A`` (or ``dPhi^T A``) from the windows, ``A`` (K, c) in the original row
+        order: shape (M+1, c)."""
+        rows = self.rows
+        return rows.scatter(getattr(rows, which)[:, :, None] * A[rows.order][:, None, :])
+
     def residual(self, p):
         (F,) = self.derivs(p, "f")
+        if self.banded:
+            return (self._window_sum("phi", F) + self.b).T.ravel()
         return kernels.residual(self.phi, F, self.b)
 
     def dr_dp(self, p):
         (Jp,) = self.derivs(p, "f_p")
+        if self.banded:
+            G = self._window_sum("phi", Jp)  # (K, D, J)
+            return G.transpose(1, 0, 2).reshape(-1, Jp.shape[2])
         return kernels.dr_dp(self.phi, Jp)
 
     def evaluation(self, p, s2, diag=None):
+        if not self.banded:
+            return self.dense_evaluation(p, s2, diag)
         F, Ju = self.derivs(p, "f", "f_u")
+        ev = banded.evaluate(
+            None, None, self.b, F, Ju, s2, self.ridge, self._diag(diag), self.weights,
+            rows=self.rows,
+        )  # fmt: skip
+        ev.sigma2, ev.diag = np.asarray(s2, dtype=float), diag  # for the Hessian's differences
+        return ev
+
+    def dense_evaluation(self, p, s2, diag=None):
+        """:func:`kernels.evaluate` with the dense ``phi`` (densified for local test
+        functions): what needs the Cholesky factor of the whole ``S``."""
+        F, Ju = self.derivs(p, "f", "f_u")
+        b = self.b if not self.banded else self.dphi @ self.X
         return kernels.evaluate(
-            self.phi, self.dphi, self.b, F, Ju, s2, self.ridge, self._diag(diag), self.weights
+            self.phi, self.dphi, b, F, Ju, s2, self.ridge, self._diag(diag), self.weights
         )
 
     def gradient(self, p, ev, logdet, sigma2):
         Jp, Jup = self.derivs(p, "f_p", "f_up")
-        g, gs, B = kernels.gradient_parts(ev, self.phi, Jp, Jup, self.ridge, logdet, sigma2)
+        parts = banded.gradient_parts if self.banded else kernels.gradient_parts
+        g, gs, B = parts(ev, None if self.banded else self.phi, Jp, Jup, self.ridge, logdet, sigma2)
         return g, gs, (Jp, Jup, B)
 
     def hessian(self, p, ev, state, logdet, exact):
+        """Hessian in ``p``; on the banded path the exact one (``exact`` and ``logdet``) is
+        central differences of the analytic gradient (module docstring)."""
         Jp, Jup, B = state
+        if self.banded and exact and logdet:
+            return self._difference_hessian(p, ev)
         Jpp, Jupp = self.derivs(p, "f_pp", "f_upp")
+        if self.banded:
+            return banded.hessian(ev, None, Jp, Jup, Jpp, Jupp, B, logdet, exact)
         return kernels.hessian(ev, self.phi, Jp, Jup, Jpp, Jupp, B, logdet, exact)
+
+    def _difference_hessian(self, p, ev) -> np.ndarray:
+        """Central differences of the banded gradient, steps ``1e-4`` of each parameter's
+        size (at least ``1e-2`` of the largest): relative error about ``h^2 ~ 1e-8``."""
+        p = np.asarray(p, dtype=float)
+        size = np.maximum(np.abs(p), 1e-2 * max(float(np.max(np.abs(p))), 1e-6))
+        h = 1e-4 * size
+        H = np.empty((p.size, p.size))
+        for j in range(p.size):  # loop over parameters: 2 J gradients
+            step = np.zeros(p.size)
+            step[j] = h[j]
+            g = []
+            for q in (p + step, p - step):
+                e = self.evaluation(q, ev.sigma2, ev.diag)
+                g.append(self.gradient(q, e, True, False)[0])
+            H[:, j] = (g[0] - g[1]) / (2.0 * h[j])
+        return 0.5 * (H + H.T)
+
+    def whitener(self, p, s2):
+        """``B -> C^-1 B`` for a factor ``S = C C'`` (state-major rows of ``B``): the dense
+        Cholesky factor, or on the banded path the band factor in the interleaved order (an
+        orthogonal rotation of the dense whitening: same norms and least-squares fits)."""
+        ev = self.evaluation(p, s2)
+        if not self.banded:
+            return lambda B: kernels.solve_lower(ev.C, B)
+        return ev.whiten_rows
+
+    def covariance_times(self, p, s2, A: np.ndarray) -> np.ndarray:
+        """``S(p) A`` for state-major rows ``A`` (n, c), from the windows on the banded path
+        (``L diag(v) L' A + ridge``): what the sandwich covariance needs."""
+        if not self.banded:
+            C = self.evaluation(p, s2).C
+            return C @ (C.T @ A)
+        (Ju,) = self.derivs(p, "f_u")
+        D, K = self.X.shape[1], self.K
+        Ab = A.reshape(D, K, -1).transpose(1, 0, 2).reshape(K, -1)  # (K, D c)
+        c = A.shape[1]
+        PA = self._window_transpose("phi", Ab).reshape(-1, D, c)  # Phi^T A_d: (M+1, D, c)
+        DA = self._window_transpose("dphi", Ab).reshape(-1, D, c)
+        y = np.einsum("mde,mdc->mec", Ju, PA, optimize=True) + DA  # L^T A: (M+1, e, c)
+        v = (1.0 - self.ridge) * np.asarray(s2, dtype=float)
+        y *= (v[None, :] if self.weights is None else v[None, :] * self.weights)[:, :, None]
+        out = self._window_sum("phi", np.einsum("mde,mec->mdc", Ju, y, optimize=True))
+        out += self._window_sum("dphi", y)  # (K, D, c)
+        return out.transpose(1, 0, 2).reshape(D * K, c) + self.ridge_diag * A
 
     def linear_coefficients(self, s2e):
         J = self.model.n_params
@@ -91,9 +191,14 @@ class FirstOrderForm(WeakForm):
 
     def score_mean(self, p, ev):
         Jp, Juu = self.derivs(p, "f_p", "f_uu")
+        if self.banded:  # needs S^-1 beyond the band: the dense evaluation
+            ev = self.dense_evaluation(p, ev.sigma2, ev.diag)
         return kernels.quadratic_score_mean(ev, self.phi, Jp, Juu)
 
     def kernel_spec(self):
         fns = {w: self.model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
-        arrays = (self.t, self.X, self.phi, self.dphi, self.b, self.weights_or_ones())
+        # local test functions: the compiled kernels are dense, so phi is densified (correct
+        # but O(K^3); a clear error where it would not fit in memory)
+        b = self.b if not self.banded else self.dphi @ self.X
+        arrays = (self.t, self.X, self.phi, self.dphi, b, self.weights_or_ones())
         return KernelSpec(self.kind, arrays, fns)

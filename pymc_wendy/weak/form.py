@@ -111,9 +111,42 @@ class WeakForm(abc.ABC):
         self.ridge = ridge
         #: what the ridge adds to the diagonal of ``S`` (absolute)
         self.ridge_diag = ridge
-        self.phi = np.ascontiguousarray(test_functions.phi)
-        self.dphi = np.ascontiguousarray(test_functions.dphi)
+        #: the test functions as windows (:class:`~pymc_wendy.weak.banded.LocalRows`) when
+        #: they are local ones (``test_functions="local"``), else None
+        self.rows = getattr(test_functions, "windows", None)
+        self._phi: np.ndarray | None = None
+        self._dphi: np.ndarray | None = None
+        if self.rows is None:
+            self._phi = np.ascontiguousarray(test_functions.phi)
+            self._dphi = np.ascontiguousarray(test_functions.dphi)
         self.weights = None if weights is None else np.ascontiguousarray(weights, dtype=float)
+
+    @property
+    def phi(self) -> np.ndarray:
+        """``Phi`` (K, M+1); for local test functions built from the windows on first use."""
+        if self._phi is None:
+            self._phi = np.ascontiguousarray(self.test_functions.phi)
+        return self._phi
+
+    @phi.setter
+    def phi(self, value: np.ndarray) -> None:
+        self._phi = value
+
+    @property
+    def dphi(self) -> np.ndarray:
+        """``dPhi`` (K, M+1); for local test functions built from the windows on first use."""
+        if self._dphi is None:
+            self._dphi = np.ascontiguousarray(self.test_functions.dphi)
+        return self._dphi
+
+    @dphi.setter
+    def dphi(self, value: np.ndarray) -> None:
+        self._dphi = value
+
+    @property
+    def K(self) -> int:
+        """Number of test functions."""
+        return self.rows.K if self.rows is not None else int(self.phi.shape[0])
 
     def weights_or_ones(self) -> np.ndarray:
         """:attr:`weights`, ones where none were given (what compiled kernels read)."""
@@ -123,7 +156,8 @@ class WeakForm(abc.ABC):
         """Mean squared row norm of the residual's leading, parameter-free operator (here
         ``dPhi``): times a noise variance, the size of a diagonal entry of ``S``. It scales
         with time like ``S`` does, which keeps the relative ridge unit-free."""
-        return float(np.mean(np.sum(self.dphi**2, axis=1)))
+        dphi = self.rows.dphi if self.rows is not None else self.dphi
+        return float(np.mean(np.sum(dphi**2, axis=1)))
 
     def _diag(self, diag: float | None) -> float:
         return self.ridge_diag if diag is None else diag
@@ -187,6 +221,16 @@ class WeakForm(abc.ABC):
     def linear_coefficients(self, s2e: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(r0, G, A)`` of a model linear in ``p`` (:mod:`pymc_wendy.weak.linear_form`) for
         effective noise variances ``s2e``."""
+
+    def whitener(self, p: np.ndarray, s2: np.ndarray):
+        """``B -> C^-1 B`` with ``C`` the lower Cholesky factor of ``S(p)`` (state-major rows)."""
+        C = self.evaluation(p, s2).C
+        return lambda B: kernels.solve_lower(C, B)
+
+    def covariance_times(self, p: np.ndarray, s2: np.ndarray, A: np.ndarray) -> np.ndarray:
+        """``S(p) A`` for state-major rows ``A`` (n, c)."""
+        C = self.evaluation(p, s2).C
+        return C @ (C.T @ A)
 
     @abc.abstractmethod
     def score_mean(self, p: np.ndarray, ev) -> np.ndarray:

@@ -29,7 +29,13 @@ from pymc_wendy.weak.diagnostics import diagnose
 from pymc_wendy.weak.form import WeakForm, form_for
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.protocol import Correction, check_tilt
-from pymc_wendy.weak.test_functions import TestFunctions, build_test_functions, from_matrices
+from pymc_wendy.weak.test_functions import (
+    LocalTestFunctions,
+    TestFunctions,
+    build_local_test_functions,
+    build_test_functions,
+    from_matrices,
+)
 from pymc_wendy.weak.test_functions.boundary import with_boundary
 from pymc_wendy.weak.test_functions.quadrature import relevant_breaks, segments
 
@@ -83,8 +89,14 @@ class WeakLikelihood:
     sigma : float or array of shape (D,), optional
         Noise standard deviation per state (of ``log U`` for log-normal noise). Estimated from
         the data with the high-order filter when omitted.
-    test_functions : TestFunctions, mapping, or (phi, dphi), optional
+    test_functions : TestFunctions, mapping, "local", or (phi, dphi), optional
         Ready test functions, options for :func:`build_test_functions`, or user matrices.
+        ``"local"`` (or a mapping with ``"local": True`` and options of
+        :func:`~pymc_wendy.weak.test_functions.build_local_test_functions`: ``radius``,
+        ``multiplier``, ``stride``...): un-reduced bumps of one radius at strided centres,
+        stored as windows; for a first-order model whose covariance is then banded
+        (:func:`pymc_wendy.weak.banded.use_banded`) value, gradient and the optimiser's
+        Newton model cost ``O(M)`` (``docs/performance.md``, "Long series").
     ridge : float
         ``S <- (1 - ridge) S + ridge c I``, relative to the size ``c`` of ``S`` (the leading
         test-function operator's mean squared row norm times the smallest noise variance),
@@ -176,8 +188,6 @@ class WeakLikelihood:
             grid, tf, weights = self._with_initial_state(tf, form_cls)
         self.form: WeakForm = form_cls(self.model, *grid, tf, self.inputs, self.ridge, weights)
         self.test_functions = tf
-        self.phi = self.form.phi
-        self.dphi = self.form.dphi
         self.sigma, self.sigma_estimated = self._sigma(sigma)
         #: what the ridge adds to the diagonal of ``S``: ``ridge`` times the scale of ``S``
         self.ridge_diag = self.ridge * self._covariance_scale()
@@ -187,6 +197,22 @@ class WeakLikelihood:
         self._linear_cache: linear_form.LinearForm | None = None
         self._correction: Correction | None = None
 
+    @property
+    def phi(self) -> np.ndarray:
+        """``Phi`` (K, M+1) of the form (densified on first use for local test functions)."""
+        return self.form.phi
+
+    @property
+    def dphi(self) -> np.ndarray:
+        """``dPhi`` (K, M+1) of the form (densified on first use for local test functions)."""
+        return self.form.dphi
+
+    @property
+    def banded(self) -> bool:
+        """Whether value, gradient and Newton model take the banded path (local test
+        functions with a narrow band: :mod:`pymc_wendy.weak.banded`)."""
+        return bool(getattr(self.form, "banded", False))
+
     # --- set-up --------------------------------------------------------------------------
     def _test_functions(self, spec, form_cls: type[WeakForm]) -> TestFunctions:
         # the data jump (or kink) at bolus doses: each side is integrated separately
@@ -195,6 +221,8 @@ class WeakLikelihood:
             tf = form_cls.default_test_functions(self.t, self.X, self.base_model, **where)
             return build_test_functions(self.t, self.X, **where) if tf is None else tf
         inside = relevant_breaks(self.t, np.concatenate(list(where.values())))
+        if isinstance(spec, str) or (isinstance(spec, Mapping) and spec.get("local", False)):
+            return self._local_test_functions(spec, inside)
         if isinstance(spec, TestFunctions):
             tf = spec
             missing = np.setdiff1d(inside, np.union1d(tf.breaks, tf.kinks))
@@ -215,14 +243,35 @@ class WeakLikelihood:
             tf = from_matrices(spec[0], spec[1], self.t)
         else:
             raise TypeError(
-                "test_functions must be a TestFunctions, a dict of build options, or (phi, dphi)"
+                "test_functions must be a TestFunctions, a dict of build options, 'local', or "
+                "(phi, dphi)"
             )
-        if tf.phi.shape[1] != self.t.size:
+        if tf.n_points != self.t.size:
             raise ValueError(
-                f"test functions have {tf.phi.shape[1]} columns but the data have {self.t.size} "
+                f"test functions have {tf.n_points} columns but the data have {self.t.size} "
                 "time points"
             )
         return tf
+
+    def _local_test_functions(self, spec, inside: np.ndarray) -> LocalTestFunctions:
+        """``test_functions="local"`` or ``{"local": True, ...options}``."""
+        if isinstance(spec, str):
+            if spec != "local":
+                raise ValueError(f"test_functions as a string must be 'local'; got {spec!r}")
+            options = {}
+        else:
+            options = {k: v for k, v in spec.items() if k != "local"}
+        if inside.size:
+            raise ValueError(
+                f"the doses jump at {inside.tolist()}: local test functions use the trapezoid "
+                "rule, which cannot integrate across a jump; use the default test functions"
+            )
+        if self.initial_state is not None:
+            raise ValueError(
+                "local test functions do not take a known initial_state (its boundary row "
+                "spans the grid); use the default test functions"
+            )
+        return build_local_test_functions(self.t, self.X, **options)
 
     def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
         """The grid from ``t0`` with the known state as its first, exact row; the test
@@ -336,12 +385,12 @@ class WeakLikelihood:
     @property
     def K(self) -> int:
         """Number of test functions."""
-        return self.phi.shape[0]
+        return self.form.K
 
     @property
     def n_residuals(self) -> int:
         """Length of the weak residual, K * D."""
-        return self.phi.shape[0] * self.model.n_states
+        return self.form.K * self.model.n_states
 
     @property
     def experiments(self) -> tuple[WeakLikelihood]:
@@ -428,8 +477,8 @@ class WeakLikelihood:
     def linear_form(self, s2: np.ndarray) -> linear_form.LinearForm | None:
         """The precomputed quadratic form of ``S(p)`` for noise variances ``s2``, or None where
         the model is nonlinear in ``p``, ``linear="general"`` or the memory budget says no."""
-        if self._linear_mode == "general" or not self.model.is_linear_in_params:
-            return None
+        if self._linear_mode == "general" or not self.model.is_linear_in_params or self.banded:
+            return None  # banded: the precomputed matrices would be dense K D x K D
         cache = self._linear_cache
         if cache is not None and np.array_equal(cache.s2_raw, s2):
             return cache
@@ -481,8 +530,31 @@ class WeakLikelihood:
 
     @single_blas_thread
     def covariance_factor(self, p, sigma=None) -> np.ndarray:
-        """Lower Cholesky factor ``C`` of ``S(p) = C C'`` (ridge included)."""
-        return self.form.evaluation(self.check_params(p), self._s2(sigma)).C
+        """Lower Cholesky factor ``C`` of ``S(p) = C C'`` (ridge included).
+
+        Dense ``(K D, K D)``, also for local test functions (whose likelihood never forms it):
+        a ValueError where it would take more than 1 GiB. :meth:`whitener` applies
+        ``C^-1`` without forming it."""
+        p = self.check_params(p)
+        if not self.banded:
+            return self.form.evaluation(p, self._s2(sigma)).C
+        need = 8 * self.n_residuals**2
+        if need > 2**30:
+            raise ValueError(
+                f"the dense covariance of these {self.K} local test functions would take "
+                f"{need / 2**30:.3g} GiB; use whitener() or parameter_covariance(), which "
+                "work on the band"
+            )
+        return self.form.dense_evaluation(p, self._s2(sigma)).C
+
+    @single_blas_thread
+    def whitener(self, p, sigma=None):
+        """``B -> C^-1 B`` with ``S(p) = C C'``, for state-major rows ``B`` (n,) or (n, c).
+
+        The dense Cholesky factor, or on the banded path the band factor in its interleaved
+        order (another orthogonal rotation of the whitened vector: same norms, same
+        least-squares fits, equally distributed entries)."""
+        return self.form.whitener(self.check_params(p), self._s2(sigma))
 
     @single_blas_thread
     def nll(self, p, sigma=None) -> float:
@@ -644,7 +716,8 @@ class WeakLikelihood:
     def whitened_residual(self, p, sigma=None) -> np.ndarray:
         """``C^{-1} r(p)`` with ``S = C C^T``: i.i.d. standard normal at the truth (first order)."""
         p = self.check_params(p)
-        return kernels.whiten(self.form.evaluation(p, self._s2(sigma)))
+        ev = self.form.evaluation(p, self._s2(sigma))
+        return ev.whiten() if self.banded else kernels.whiten(ev)
 
     @single_blas_thread
     def parameter_covariance(
@@ -658,6 +731,12 @@ class WeakLikelihood:
         ``"hessian"``: the inverse observed information, ``H(p)^{-1}``.
         """
         p = self.check_params(p)
+        if method in ("sandwich", "gls") and self.banded:
+            G = self.dr_dp(p)
+            if method == "gls":
+                return kernels.gls_covariance(self.whitener(p, sigma)(G))
+            A = np.linalg.pinv(G)  # (J, n)
+            return A @ self.form.covariance_times(p, self._s2(sigma), A.T)
         if method in ("sandwich", "gls"):
             G = self.dr_dp(p)
             C = self.covariance_factor(p, sigma)

@@ -22,8 +22,9 @@ Modules: :mod:`.families` (the family interface, the registry and the built-in f
 :mod:`.quadrature` (trapezoid weights and the composite Gauss-Legendre rule the baselines
 share), :mod:`.grid` (the time grid as the construction sees it), :mod:`.radius`,
 :mod:`.build`, :mod:`.result` (:class:`TestFunctions`, :class:`RadiusSelection`,
-:func:`from_matrices`) and :mod:`.accuracy` (the quadrature error of the integration by parts
-and the rule for short series and higher orders).
+:func:`from_matrices`), :mod:`.local` (un-reduced bumps of one radius stored as windows,
+for the banded likelihood of long series) and :mod:`.accuracy` (the quadrature error of the
+integration by parts and the rule for short series and higher orders).
 
 On a uniform grid radii are whole numbers of grid spacings and everything reduces to the
 WENDy.jl construction (the row normalisation cancels the constant weight ``dt``).  Non-uniform
@@ -63,6 +64,7 @@ from pymc_wendy.weak.test_functions.families import (
     list_families,
     register_family,
 )
+from pymc_wendy.weak.test_functions.local import LocalTestFunctions, build_local_test_functions
 from pymc_wendy.weak.test_functions.quadrature import gauss_legendre, quadrature_weights
 from pymc_wendy.weak.test_functions.radius import select_min_radius
 from pymc_wendy.weak.test_functions.result import RadiusSelection, TestFunctions, from_matrices
@@ -72,12 +74,14 @@ __all__ = [
     "BSplineFamily",
     "BumpFamily",
     "LocalFamily",
+    "LocalTestFunctions",
     "RadiusSelection",
     "SineFamily",
     "SpanningFamily",
     "TestFunctionFamily",
     "TestFunctions",
     "accurate_test_functions",
+    "build_local_test_functions",
     "build_test_functions",
     "bump",
     "bump_derivative",

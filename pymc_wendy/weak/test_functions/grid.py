@@ -131,6 +131,42 @@ class Grid:
         drows = family.shape(s, 1) * (self.weights * scales[:, None] / radius)
         return rows, drows, scales
 
+    def window_rows(
+        self, family: LocalFamily, radius: float, centre_idx: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`rows` with derivatives, evaluated on each support only (trapezoid rule).
+
+        Returns ``(start, rows, derivative_rows, scales)``: ``rows[k, j]`` is the unit-norm
+        weighted row ``k`` at time index ``start[k] + j``, every window as long as the
+        longest support (padded with points outside the support, where the shape is zero).
+        The same numbers as :meth:`rows` (up to the order of the norm's sum), without the
+        ``K x (M+1)`` matrix: ``O(K r)`` instead of ``O(K M)``.
+
+        Raises
+        ------
+        ValueError
+            With product integration, whose rows mix neighbouring intervals.
+        """
+        if self.product is not None:
+            raise ValueError(
+                "rows on windows need the trapezoid rule (a uniform grid, or "
+                "quadrature='trapezoid'); this grid uses product integration"
+            )
+        t = self.t
+        c = t[centre_idx]
+        lo = np.searchsorted(t, c - radius - self.tol, side="left")
+        hi = np.searchsorted(t, c + radius + self.tol, side="right")
+        width = int(np.max(hi - lo)) if c.size else 1
+        start = np.minimum(lo, t.size - width).astype(np.int64)
+        idx = start[:, None] + np.arange(width)[None, :]
+        s = (t[idx] - c[:, None]) / radius
+        w = self.weights[idx]
+        rows = family.shape(s, 0) * w
+        scales = 1.0 / np.linalg.norm(rows, axis=1)
+        rows *= scales[:, None]
+        drows = family.shape(s, 1) * (w * scales[:, None] / radius)
+        return start, rows, drows, scales
+
 
 def make_grid(
     t: np.ndarray, quadrature: str = "auto", breaks=(), kinks=(), local: bool = True

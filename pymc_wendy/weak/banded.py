@@ -216,16 +216,24 @@ class LocalRows:
         return X[self.index]
 
     def scatter(self, values: np.ndarray) -> np.ndarray:
-        """Sum ``values`` (K, width, c) over windows into times: shape (M+1, c)."""
-        idx = self.index.ravel()
-        flat = values.reshape(idx.size, -1)
-        return np.stack(
-            [
-                np.bincount(idx, weights=flat[:, j], minlength=self.n_points)
-                for j in range(flat.shape[1])
-            ],
-            axis=1,
-        )
+        """Sum ``values`` (K, width, c) over windows into times: shape (M+1, c) (compiled:
+        one pass over the windows, no index arrays)."""
+        v = np.ascontiguousarray(values, dtype=float).reshape(self.K, self.width, -1)
+        return _scatter_sum(self.start, v, self.n_points)
+
+
+@numba.njit(cache=True)
+def _scatter_sum(
+    start: np.ndarray, values: np.ndarray, n_points: int
+) -> np.ndarray:  # pragma: no cover - compiled
+    K, W, C = values.shape
+    out = np.zeros((n_points, C))
+    for p in range(K):
+        s = start[p]
+        for j in range(W):
+            for c in range(C):
+                out[s + j, c] += values[p, j, c]
+    return out
 
 
 def local_rows(phi: np.ndarray, dphi: np.ndarray) -> LocalRows:
@@ -604,11 +612,8 @@ def _quadratic_forms(ev: BandedEvaluation, sigma2: bool) -> tuple[np.ndarray, ..
     rows = ev.rows
     D = ev.Ju.shape[1]
     Yp, Yd = _inverse_on_windows(ev)
-    parts = [rows.phi[:, :, None] * Yp, rows.phi[:, :, None] * Yd]
-    if sigma2:
-        parts.append(rows.dphi[:, :, None] * Yd)
-    Q = rows.scatter(np.stack(parts, axis=2))  # (M+1, parts * D * D)
-    return tuple(Q.reshape(-1, len(parts), D, D).transpose(1, 0, 2, 3))
+    parts = [(rows.phi, Yp), (rows.phi, Yd)] + ([(rows.dphi, Yd)] if sigma2 else [])
+    return tuple(rows.scatter(g[:, :, None] * Y).reshape(-1, D, D) for g, Y in parts)
 
 
 def gradient_parts(

@@ -40,6 +40,7 @@ class FirstOrderForm(WeakForm):
 
     def __init__(self, model, t, X, test_functions, inputs, ridge, weights=None):
         super().__init__(model, t, X, test_functions, inputs, ridge, weights)
+        self._hessian_cache: tuple | None = None
         #: whether value, gradient and Newton model take the banded path
         self.banded = self.rows is not None and banded.use_banded(self.rows, X.shape[1])
         #: the data's constant part of the residual, ``dPhi X``
@@ -130,7 +131,11 @@ class FirstOrderForm(WeakForm):
         central differences of the analytic gradient (module docstring)."""
         Jp, Jup, B = state
         if self.banded and exact and logdet:
-            return self._difference_hessian(p, ev)
+            # the fit asks twice at its estimate (stationarity, then the covariance)
+            key = (np.asarray(p, dtype=float).tobytes(), ev.sigma2.tobytes(), ev.diag)
+            if self._hessian_cache is None or self._hessian_cache[0] != key:
+                self._hessian_cache = (key, self._difference_hessian(p, ev))
+            return self._hessian_cache[1].copy()
         Jpp, Jupp = self.derivs(p, "f_pp", "f_upp")
         if self.banded:
             return banded.hessian(ev, None, Jp, Jup, Jpp, Jupp, B, logdet, exact)

@@ -1,12 +1,12 @@
 """Long series: WENDy-MLE with local test functions (banded covariance) against the default.
 
 FitzHugh-Nagumo, 10 % additive noise, M+1 = 1025, 4097, 16385, 100 000 points (``--sizes``).
-For each size and each path (``local``: ``test_functions="local"``; ``default``: the SVD
+For each size and each path (``local``: ``test_functions="local"``; ``svd``: the SVD
 construction), the wall time of building the likelihood (test functions, noise estimate),
 of one value + gradient at the truth (median of ``--repeats``), and of ``pw.fit`` (the
 whole WENDy-MLE, likelihood construction and the Hessian covariance at the estimate
 included), the number of test functions ``K``, the band share of ``S`` and the relative
-coefficient error. The default path is skipped once its predicted fit time (the last
+coefficient error. The SVD path is skipped once its predicted fit time (the last
 measured one times the cube of the growth in ``M``: the SVD of the stacked bumps) passes
 ``--limit`` seconds; the skip is printed.
 
@@ -77,8 +77,8 @@ def main() -> None:
     last_default: tuple[int, float] | None = None
     for n in args.sizes:
         data = prob.simulate(n_points=n, noise_ratio=0.1, seed=1)
-        for label, spec in (("local", "local"), ("default", None)):
-            if label == "default" and last_default is not None:
+        for label, spec in (("local", "local"), ("svd", {})):
+            if label == "svd" and last_default is not None:
                 predicted = last_default[1] * (n / last_default[0]) ** 3
                 if predicted > args.limit:
                     print(
@@ -87,14 +87,33 @@ def main() -> None:
                     )
                     continue
             r = run_one(prob, data, spec, args.repeats)
-            if label == "default":
+            if label == "svd":
                 last_default = (n, r["fit"])
             print(
                 f"{n:>7} {label:>8} {r['K']:>5} {r['share']:>6.3f} {r['build']:>8.2f} "
                 f"{r['vg']:>8.3f} {r['fit']:>8.2f} {r['err']:>7.4f} {'y' if r['ok'] else 'n':>3}",
                 flush=True,
             )
+    fixed_radius(prob, args.repeats)
     print(f"load: {os.getloadavg()[0]:.1f}")
+
+
+def fixed_radius(prob, repeats: int, points: int = 16, stride: int = 8) -> None:
+    """Value + gradient through ``WeakLikelihood`` at a fixed radius in grid points: the
+    cost per time point should stay flat (linear in ``M``)."""
+    print(f"\nValue + gradient, local test functions of radius {points} points, stride {stride}")
+    head = f"{'M+1':>7} {'K':>6} {'band':>6} {'v+g ms':>8} {'us/point':>9}"
+    print(head)
+    print("-" * len(head))
+    p = np.asarray(prob.p_true, dtype=float)
+    for n in (257, 1025, 4097, 16385, 100_000):
+        data = prob.simulate(n_points=n, noise_ratio=0.1, seed=1)
+        dt = float(data.t[1] - data.t[0])
+        spec = {"local": True, "radius": points * dt, "stride": stride}
+        lik = WeakLikelihood(prob.model, data.t, data.U, test_functions=spec)
+        vg = _median(lambda lik=lik: lik.nll_grad(p), repeats)
+        share = lik.test_functions.windows.band_fraction(2)
+        print(f"{n:>7} {lik.K:>6} {share:>6.3f} {1e3 * vg:>8.2f} {1e6 * vg / n:>9.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -176,3 +176,19 @@ def test_compiled_op_densifies_local_test_functions(fhn):
     ref, ref_gp = lik.nll_grad(p)
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
+
+
+def test_long_series_default_is_local():
+    """Above LONG_SERIES_POINTS the first-order default is local (the SVD would cost ~M^3);
+    at or below it the construction is WENDy's."""
+    from pymc_wendy.weak import first_order
+
+    prob = get_problem("lotka_volterra")
+    n = first_order.LONG_SERIES_POINTS + 4
+    t = np.linspace(0.0, 5.0, n)
+    U = 1.0 + 0.1 * np.sin(np.column_stack([t, 2 * t]))
+    tf = first_order.FirstOrderForm.default_test_functions(t, U, prob.model)
+    assert isinstance(tf, LocalTestFunctions)
+    short = prob.simulate(n_points=257, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, short.t, short.U)
+    assert not isinstance(lik.test_functions, LocalTestFunctions) and not lik.banded

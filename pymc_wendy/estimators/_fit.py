@@ -113,9 +113,12 @@ def fit(
         Starting initial state for output error (default: the value at ``t[0]`` of a
         parabola fitted to the first points of the data); shape (E, D), a row per
         experiment, for several experiments (each has its own initial state).
-    test_functions : TestFunctions, dict, or (phi, dphi), optional
-        See :class:`WeakLikelihood`. For several experiments, a dict of options for all, or
-        a list with one entry per experiment.
+    test_functions : TestFunctions, dict, "local", or (phi, dphi), optional
+        See :class:`WeakLikelihood`. ``"local"``: un-reduced bumps of one radius with a
+        banded covariance, linear in the series length (the default for first-order models
+        above 4097 points; ``docs/performance.md``, "Long series"). For several
+        experiments, a dict of options (or ``"local"``) for all, or a list with one entry per
+        experiment.
     ridge : float
         Covariance relaxation ``S <- (1 - ridge) S + ridge c I`` (IRLS's ``alpha``), relative
         to the size ``c`` of ``S`` (:class:`~pymc_wendy.weak.likelihood.WeakLikelihood`).

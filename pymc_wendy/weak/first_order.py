@@ -25,10 +25,15 @@ from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
 from pymc_wendy.weak.test_functions import (
     TestFunctions,
     accurate_test_functions,
+    build_local_test_functions,
     build_test_functions,
 )
 
-__all__ = ["FirstOrderForm"]
+__all__ = ["LONG_SERIES_POINTS", "FirstOrderForm"]
+
+#: Above this many time points the default test functions of a first-order model are local
+#: ones (:meth:`FirstOrderForm.default_test_functions`).
+LONG_SERIES_POINTS = 4097
 
 
 @register_form
@@ -55,8 +60,18 @@ class FirstOrderForm(WeakForm):
         """WENDy's construction (corner-rule radius, multiples up to 8x); on a series too
         short for it to give ``2 J`` weak residuals (``K D``), the narrowest accurate radii
         instead (:func:`~pymc_wendy.weak.test_functions.accurate_test_functions`, as for
-        higher-order models; ``docs/data.md`` has the measurements)."""
+        higher-order models; ``docs/data.md`` has the measurements). Above
+        :data:`LONG_SERIES_POINTS` points on a uniform grid without doses, local test
+        functions (:func:`~pymc_wendy.weak.test_functions.build_local_test_functions`): the
+        SVD of the stacked bumps costs about ``M^3`` (152 s and 4.2 GB at 4097 points), and
+        at 2049 points local ones were as accurate (``docs/performance.md``, "Long
+        series")."""
         D, J = X.shape[1], model.n_params
+        if t.size > LONG_SERIES_POINTS and not any(np.size(v) for v in where.values()):
+            try:
+                return build_local_test_functions(t, X)
+            except ValueError:  # a non-uniform grid, say: the default construction
+                pass
         try:
             tf = build_test_functions(t, X, **where)
         except ValueError:  # the corner rule's radii do not fit: the short rule may

@@ -96,7 +96,9 @@ class WeakLikelihood:
         ``multiplier``, ``stride``...): un-reduced bumps of one radius at strided centres,
         stored as windows; for a first-order model whose covariance is then banded
         (:func:`pymc_wendy.weak.banded.use_banded`) value, gradient and the optimiser's
-        Newton model cost ``O(M)`` (``docs/performance.md``, "Long series").
+        Newton model cost ``O(M)`` (``docs/performance.md``, "Long series"). None: the
+        form's default, for a first-order model WENDy's SVD construction, local test
+        functions above 4097 points (``first_order.LONG_SERIES_POINTS``).
     ridge : float
         ``S <- (1 - ridge) S + ridge c I``, relative to the size ``c`` of ``S`` (the leading
         test-function operator's mean squared row norm times the smallest noise variance),
@@ -219,7 +221,12 @@ class WeakLikelihood:
         where = discontinuities(self.base_model, self.inputs)
         if spec is None:
             tf = form_cls.default_test_functions(self.t, self.X, self.base_model, **where)
-            return build_test_functions(self.t, self.X, **where) if tf is None else tf
+            if tf is None or (
+                isinstance(tf, LocalTestFunctions) and self.initial_state is not None
+            ):
+                # a known initial state adds a boundary row to the SVD construction's rows
+                return build_test_functions(self.t, self.X, **where)
+            return tf
         inside = relevant_breaks(self.t, np.concatenate(list(where.values())))
         if isinstance(spec, str) or (isinstance(spec, Mapping) and spec.get("local", False)):
             return self._local_test_functions(spec, inside)

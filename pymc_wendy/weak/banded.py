@@ -32,10 +32,9 @@ When it helps
     build_test_functions`) are the leading right singular vectors of the stacked bumps: every
     row is non-zero on the whole grid, ``w = K - 1`` and the band is the whole matrix (this
     module is then exact but slower than the dense kernels). The banded path needs rows such
-    as un-reduced bumps of one radius at strided centres, which the construction does not
-    offer yet (build them with :meth:`~pymc_wendy.weak.test_functions.grid.Grid.rows` and
-    :func:`~pymc_wendy.weak.test_functions.from_matrices`, as ``benchmarks/banded_scaling.py``
-    does).
+    as un-reduced bumps of one radius at strided centres:
+    :func:`~pymc_wendy.weak.test_functions.build_local_test_functions`
+    (``test_functions="local"``), which keeps them as windows (:class:`LocalRows`).
 
 How it is dispatched
     Build :class:`LocalRows` once per data set (``local_rows(phi, dphi)``, or directly from

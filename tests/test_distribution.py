@@ -150,6 +150,10 @@ def test_predictive_draws_simulate_the_ode_with_noise():
         pp = pm.sample_posterior_predictive(idata, random_seed=3, progressbar=False)
     draws = pp.posterior_predictive["U"]
     assert draws.shape == (2, 200, *data.U.shape)
+    # named by the model without coords or dims from the user: times and state names
+    assert draws.dims == ("chain", "draw", "U_time", "state")
+    np.testing.assert_array_equal(draws["U_time"], data.t)
+    assert list(pp.observed_data["U"]["state"].values) == list(prob.model.states)
     mean = draws.mean(("chain", "draw")).values
     spread = draws.std(("chain", "draw")).values
     # the predictive mean estimates the true trajectory better than the data do (RMS sigma);
@@ -301,3 +305,30 @@ def test_predictive_draws_use_their_own_data_set():
         data.append(d.U)
     for own, other, draw in ((0, 1, draws[0]), (1, 0, draws[1])):
         assert np.abs(draw - data[own]).mean() < 0.2 * np.abs(draw - data[other]).mean()
+
+
+def test_observed_terms_name_their_dims_from_the_data():
+    """Each term gets its own time dim (the kept times, datetimes as given) and shares the
+    state dim; the user's dims win, and a differing ``state`` coordinate is not reused."""
+    import pandas as pd
+
+    prob, data = _data("lotka_volterra", 41, 0.05, seed=0)
+    ode = prob.model
+    days = pd.date_range("2021-03-01", periods=data.t.size, freq="D")
+    U = pd.DataFrame(data.U, index=days, columns=ode.states)
+    U.iloc[3, 0] = np.nan  # a missing entry: its row is left out of the term and its dim
+    with pm.Model(coords={"t": data.t, "s": ["a", "b"]}) as model:
+        p = pm.Normal("p", 0, 10, shape=len(ode.params))
+        WeakODELikelihood("A", ode=ode, params=p, observed=U)
+        WeakODELikelihood("B", ode=ode, params=p, t=data.t[::2], observed=data.U[::2])
+        WeakODELikelihood("C", ode=ode, params=p, t=data.t, observed=data.U, dims=("t", "s"))
+    assert model.named_vars_to_dims["A"] == ("A_time", "state")
+    assert model.named_vars_to_dims["B"] == ("B_time", "state")
+    assert model.named_vars_to_dims["C"] == ("t", "s")
+    assert list(model.coords["state"]) == list(ode.states)
+    np.testing.assert_array_equal(model.coords["A_time"], np.delete(days.to_numpy(), 3))
+    np.testing.assert_array_equal(model.coords["B_time"], data.t[::2])
+    with pm.Model(coords={"state": ["prey", "predator"], "time": data.t}) as model:
+        p = pm.Normal("p", 0, 10, shape=len(ode.params))
+        WeakODELikelihood("U", ode=ode, params=p, t=data.t, observed=data.U)
+    assert model.named_vars_to_dims["U"] == ("time", "U_state")

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 
 import numba
 import numpy as np
+import pymc as pm
 import pytensor.tensor as pt
 from pymc.distributions.distribution import Distribution
 from pymc.logprob.abstract import _logprob
@@ -38,6 +39,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_wendy.backends.op import noise_scale_vector, weak_loglik
 from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
+from pymc_wendy.model.data import time_labels
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.likelihood import (
@@ -161,6 +163,57 @@ def _numba_core_weak_ode(op, node):
     return weak_ode_draw, None
 
 
+def _observed_data(observed):
+    """The data of ``WeakODELikelihood(observed=...)``, or a clear error."""
+    if observed is None:
+        raise TypeError(
+            "WeakODELikelihood needs observed data: the weak likelihood is built from them "
+            "(use pymc_wendy.simulate to generate data)"
+        )
+    if isinstance(observed, Variable):
+        if not isinstance(observed, Constant):
+            raise TypeError(
+                "observed must be a fixed array, not a pm.Data or symbolic variable: the "
+                "test functions and covariance are built from the data when the variable "
+                "is created"
+            )
+        return observed.data
+    if isinstance(observed, list | tuple) and any(np.ndim(x) >= 2 for x in observed):
+        raise ValueError(
+            f"observed is a list of {len(observed)} data sets: give each experiment its own "
+            "WeakODELikelihood term (with its own t; the terms share params), as in "
+            "docs/experiments.md"
+        )
+    return observed
+
+
+def _default_dims(name: str, likelihood: WeakLikelihood) -> tuple[str, str]:
+    """Dims of an observed term from its data: ``{name}_time`` (the kept time points, as
+    given: numbers or datetimes) and ``state`` (the model's state names), each shared with
+    the model's coordinate of the plain name (``time``, ``state``) where that holds the same
+    values; ``state`` is created if missing, ``{name}_state`` used if it differs."""
+    model = pm.modelcontext(None)
+    times = time_labels(likelihood.observed)
+    states = list(likelihood.base_model.states)
+    if len(states) != likelihood.U.shape[1]:
+        states = list(range(likelihood.U.shape[1]))
+    dims = []
+    for dim, values in ((f"{name}_time", times), (f"{name}_state", states)):
+        shared = dim.removeprefix(f"{name}_")
+        have = model.coords.get(shared)
+        if have is not None and np.array_equal(np.asarray(have), np.asarray(values)):
+            dims.append(shared)
+            continue
+        if have is None and shared == "state":
+            model.add_coord(shared, values)
+            dims.append(shared)
+            continue
+        if dim not in model.coords:
+            model.add_coord(dim, values)
+        dims.append(dim)
+    return tuple(dims)
+
+
 class WeakODELikelihood(Distribution):
     r"""Observed noisy ODE trajectories with the weak-form (WENDy-MLE) likelihood.
 
@@ -247,25 +300,7 @@ class WeakODELikelihood(Distribution):
         t0=None,
         **kwargs,
     ):
-        if observed is None:
-            raise TypeError(
-                "WeakODELikelihood needs observed data: the weak likelihood is built from them "
-                "(use pymc_wendy.simulate to generate data)"
-            )
-        if isinstance(observed, Variable):
-            if not isinstance(observed, Constant):
-                raise TypeError(
-                    "observed must be a fixed array, not a pm.Data or symbolic variable: the "
-                    "test functions and covariance are built from the data when the variable "
-                    "is created"
-                )
-            observed = observed.data
-        if isinstance(observed, list | tuple) and any(np.ndim(x) >= 2 for x in observed):
-            raise ValueError(
-                f"observed is a list of {len(observed)} data sets: give each experiment its own "
-                "WeakODELikelihood term (with its own t; the terms share params), as in "
-                "docs/experiments.md"
-            )
+        observed = _observed_data(observed)
         if _is_symbolic(t0):
             raise TypeError("t0 must be a number (the time of the initial state)")
         free_initial = _is_symbolic(initial_state)
@@ -294,6 +329,8 @@ class WeakODELikelihood(Distribution):
                     "random variable"
                 )
             likelihood = _corrected(likelihood, bias_correction)
+        if not kwargs.keys() & {"dims", "shape", "size"}:
+            kwargs["dims"] = _default_dims(name, likelihood)
         rv = super().__new__(
             cls,
             name,

@@ -39,6 +39,7 @@ __all__ = [
     "as_data",
     "as_initial_state",
     "as_times",
+    "time_labels",
 ]
 
 #: the default unit of datetime time axes, and of durations
@@ -130,6 +131,16 @@ def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str
     origin = arr.flat[0] if arr.size else None
     rel = arr - origin
     return rel / step, origin, unit
+
+
+def time_labels(data: ObservedData) -> np.ndarray:
+    """The kept rows' times as the user gave them: numbers, or datetimes / durations
+    rebuilt from ``origin`` and ``time_unit`` (to the nanosecond); coordinate values for
+    labelled results."""
+    if data.origin is None:
+        return np.asarray(data.t)
+    ns = _unit_step(data.time_unit) / np.timedelta64(1, "ns")
+    return data.origin + np.rint(np.asarray(data.t) * ns).astype("int64").astype("m8[ns]")
 
 
 def _unit_step(unit: str) -> np.timedelta64:

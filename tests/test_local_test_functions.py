@@ -163,11 +163,13 @@ def test_dense_matrices_refused_beyond_the_limit(fhn, monkeypatch):
     assert np.isfinite(lik.nll_grad(np.asarray(prob.p_true))[0])
 
 
-def test_compiled_op_densifies_local_test_functions(fhn):
+def test_compiled_op_densifies_local_test_functions():
     """The numba Op's kernels are dense: with local test functions it gets the densified
     matrices (correct, O(K^3)) and agrees with the banded numpy reference."""
-    prob, data = fhn
+    prob = get_problem("logistic")  # the smallest kernel to compile
+    data = prob.simulate(n_points=513, noise_ratio=0.05, seed=2)
     lik = WeakLikelihood(prob.model, data.t, data.U, test_functions="local", linear="general")
+    assert lik.banded
     p = np.asarray(prob.p_true) * 1.02
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -6,7 +6,7 @@ long carries a marker right before it in the markdown, with its measured run tim
 
     <!-- doc-test: slow, about 4 min -->
 
-(the times were measured on 2 cores shared with other jobs; an idle machine is faster).
+(measured on a 2-core machine running other work too; the times varied 2-3x with its load).
 The default (fast) selection runs each page's unmarked blocks in order; a marked block must
 therefore not be needed by the unmarked blocks after it (the fast run fails if it is). A page
 with marked blocks also gets a test in the ``slow`` selection (``pytest -m slow``) that runs

@@ -21,6 +21,7 @@ The names are imported on first use (:func:`__getattr__`): ``import pymc_wendy``
 the command line's start-up (``pymc_wendy.cli``), do not import pymc, pytensor or numba.
 """
 
+import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the same imports
@@ -136,70 +137,44 @@ __all__ = [
 ]
 
 
+#: the public names by the subpackage that defines them (``estimators`` is a subpackage)
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "pymc_wendy.backends": ("WeakLogLikelihoodOp", "weak_loglik"),
+    "pymc_wendy.bayes": (
+        "SFTWarning", "WeakODELikelihood", "experiment_log_likelihood", "forward_correction",
+        "forward_model", "initial_values", "laplace", "sample", "sample_sft",
+    ),
+    "pymc_wendy.estimators": (
+        "BiasCorrection", "FitResult", "FitWarning", "estimate_initial_state", "fit",
+        "weak_least_squares", "wendy_mle",
+    ),
+    "pymc_wendy.model": (
+        "Doses", "Input", "InputOutput", "MissingDataWarning", "ODEDefinitionError", "ODEModel",
+        "SimulatedData", "SimulationError", "input_output", "simulate", "solve",
+    ),
+    "pymc_wendy.problems": ("PROBLEMS", "Problem", "get_problem", "list_problems"),
+    "pymc_wendy.studies": (
+        "coverage", "open_coverage", "plot_intervals", "plot_predictive", "plot_study",
+        "run_coverage",
+    ),
+    "pymc_wendy.weak": (
+        "CovarianceError", "JointLikelihood", "NonFiniteError", "ShortSeriesWarning",
+        "TestFunctions", "WeakLikelihood", "WeakLikelihoodError", "bias",
+        "build_test_functions", "estimate_noise",
+    ),
+}  # fmt: skip
+
+
 def _load() -> None:
     """Import the public API into this module's namespace (once, on the first name asked for).
 
-    The same imports as the ``TYPE_CHECKING`` block above, all at once, so that every name and
-    every subpackage they bring in (``pymc_wendy.weak``, ``pymc_wendy.model`` ...) is there as
-    it was when this module imported them eagerly.
+    Every subpackage of :data:`_EXPORTS` at once, so that each one (``pymc_wendy.weak``,
+    ``pymc_wendy.estimators`` ...) is an attribute as it was when this module imported them
+    eagerly.
     """
-    from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik  # noqa: F401
-    from pymc_wendy.bayes import (  # noqa: F401
-        SFTWarning,
-        WeakODELikelihood,
-        experiment_log_likelihood,
-        forward_correction,
-        forward_model,
-        initial_values,
-        laplace,
-        sample,
-        sample_sft,
-    )
-    from pymc_wendy.estimators import (  # noqa: F401
-        BiasCorrection,
-        FitResult,
-        FitWarning,
-        estimate_initial_state,
-        fit,
-        weak_least_squares,
-        wendy_mle,
-    )
-    from pymc_wendy.model import (  # noqa: F401
-        Doses,
-        Input,
-        InputOutput,
-        MissingDataWarning,
-        ODEDefinitionError,
-        ODEModel,
-        SimulatedData,
-        SimulationError,
-        input_output,
-        simulate,
-        solve,
-    )
-    from pymc_wendy.problems import PROBLEMS, Problem, get_problem, list_problems  # noqa: F401
-    from pymc_wendy.studies import (  # noqa: F401
-        coverage,
-        open_coverage,
-        plot_intervals,
-        plot_predictive,
-        plot_study,
-        run_coverage,
-    )
-    from pymc_wendy.weak import (  # noqa: F401
-        CovarianceError,
-        JointLikelihood,
-        NonFiniteError,
-        ShortSeriesWarning,
-        TestFunctions,
-        WeakLikelihood,
-        WeakLikelihoodError,
-        bias,
-        build_test_functions,
-        estimate_noise,
-    )
-
-    globals().update(locals())
+    for module, names in _EXPORTS.items():
+        imported = importlib.import_module(module)
+        globals().update({name: getattr(imported, name) for name in names})
 
 
 def __getattr__(name: str):

@@ -80,24 +80,21 @@ def test_package_namespace_is_loaded_on_first_use():
 
 
 def test_lazy_imports_are_the_type_checking_imports():
-    """``__init__``'s ``TYPE_CHECKING`` block (for static tools) and ``_load`` (run time)
+    """``__init__``'s ``TYPE_CHECKING`` block (for static tools) and ``_EXPORTS`` (run time)
     import the same names from the same subpackages."""
-    tree = ast.parse((ROOT / "pymc_wendy" / "__init__.py").read_text())
-
-    def imported(node) -> set[tuple[str, str]]:
-        return {
-            (n.module, a.name)
-            for n in ast.walk(node)
-            if isinstance(n, ast.ImportFrom)
-            for a in n.names
-        }
-
-    static = next(n for n in tree.body if isinstance(n, ast.If))
-    lazy = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_load")
     import pymc_wendy
 
-    assert imported(static) == imported(lazy)
-    assert {name for _, name in imported(lazy)} | {"estimators"} == set(pymc_wendy.__all__)
+    tree = ast.parse((ROOT / "pymc_wendy" / "__init__.py").read_text())
+    static = next(n for n in tree.body if isinstance(n, ast.If))
+    imported = {
+        (n.module, a.name)
+        for n in ast.walk(static)
+        if isinstance(n, ast.ImportFrom)
+        for a in n.names
+    }
+    exports = pymc_wendy._EXPORTS
+    assert imported == {(module, name) for module, names in exports.items() for name in names}
+    assert {name for _, name in imported} | {"estimators"} == set(pymc_wendy.__all__)
 
 
 # --- version, help, valid values -------------------------------------------------------------

@@ -70,6 +70,7 @@ import numba
 import numpy as np
 import scipy.linalg as sla
 
+from pymc_wendy.weak import kernels
 from pymc_wendy.weak.kernels import LOG_2PI, CovarianceError
 
 __all__ = [
@@ -471,17 +472,9 @@ class BandedEvaluation:
     Ju: np.ndarray  # (M+1, D, D)
     weights: np.ndarray | None = None
 
-    @property
-    def v(self) -> np.ndarray:
-        """Effective noise variance of every data entry, ``(M+1, D)``."""
-        if self.weights is None:
-            return np.broadcast_to(self.s2, (self.Ju.shape[0], self.s2.size))
-        return self.s2[None, :] * self.weights
-
-    @property
-    def quadratic(self) -> float:
-        """The quadratic form ``r' S^-1 r / 2``."""
-        return 0.5 * float(self.r @ self.a)
+    # the dense evaluation's, on the same fields
+    v = kernels.Evaluation.v
+    quadratic = kernels.Evaluation.quadratic
 
     def to_band_order(self, x: np.ndarray) -> np.ndarray:
         """State-major rows (``d K + k``, original order) to the interleaved order."""

@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the s
     from pymc_wendy.bayes import (
         SFTWarning,
         WeakODELikelihood,
+        compare,
+        compute_log_likelihood,
         experiment_log_likelihood,
         forward_correction,
         forward_model,
@@ -109,6 +111,8 @@ __all__ = [
     "WeakODELikelihood",
     "bias",
     "build_test_functions",
+    "compare",
+    "compute_log_likelihood",
     "coverage",
     "estimate_initial_state",
     "estimate_noise",
@@ -141,8 +145,9 @@ __all__ = [
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "pymc_wendy.backends": ("WeakLogLikelihoodOp", "weak_loglik"),
     "pymc_wendy.bayes": (
-        "SFTWarning", "WeakODELikelihood", "experiment_log_likelihood", "forward_correction",
-        "forward_model", "initial_values", "laplace", "sample", "sample_sft",
+        "SFTWarning", "WeakODELikelihood", "compare", "compute_log_likelihood",
+        "experiment_log_likelihood", "forward_correction", "forward_model", "initial_values",
+        "laplace", "sample", "sample_sft",
     ),
     "pymc_wendy.estimators": (
         "BiasCorrection", "FitResult", "FitWarning", "estimate_initial_state", "fit",

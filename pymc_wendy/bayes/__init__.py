@@ -2,7 +2,11 @@
 whitening, Laplace approximations, tempered replica-exchange chains, model comparison, and the
 forward-solve correction of a weak posterior."""
 
-from pymc_wendy.bayes.comparison import experiment_log_likelihood
+from pymc_wendy.bayes.comparison import (
+    compare,
+    compute_log_likelihood,
+    experiment_log_likelihood,
+)
 from pymc_wendy.bayes.correction import forward_correction
 from pymc_wendy.bayes.distribution import WeakODELikelihood
 from pymc_wendy.bayes.forward import forward_model
@@ -12,6 +16,8 @@ from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 __all__ = [
     "SFTWarning",
     "WeakODELikelihood",
+    "compare",
+    "compute_log_likelihood",
     "experiment_log_likelihood",
     "forward_correction",
     "forward_model",

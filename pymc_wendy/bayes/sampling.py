@@ -50,6 +50,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc_wendy._threads import blas_threads as _blas_threads
 
 # how the distribution stores its parameters is its own business; sample reads them back
+from pymc_wendy.bayes.comparison import compute_log_likelihood
 from pymc_wendy.bayes.distribution import _is_symbolic, _params_vector
 from pymc_wendy.bayes.whitening import (
     NotPositiveDefinite,
@@ -237,15 +238,16 @@ def sample(
     kwargs.setdefault("cores", min(4, _usable_cpus()))
     start = {**initial_values(model), **(initvals or {})}
     started = {model[name] for name in start}
-    target, log_likelihood = model, False
+    # PyMC's log-likelihood would be one number per draw per term: ours is pointwise
+    idata_kwargs = dict(kwargs.pop("idata_kwargs", None) or {})
+    log_likelihood = bool(idata_kwargs.pop("log_likelihood", False))
+    kwargs["idata_kwargs"] = idata_kwargs
+    target = model
     if whiten is True or (whiten == "auto" and started >= set(model.free_RVs)):
         with _blas_threads(blas_threads):
             target = _whitened(model, start, required=whiten is True)
     if target is not model:
         kwargs.setdefault("tune", WHITENED_TUNE)
-        idata_kwargs = dict(kwargs.pop("idata_kwargs", None) or {})
-        log_likelihood = bool(idata_kwargs.pop("log_likelihood", False))
-        kwargs["idata_kwargs"] = idata_kwargs
         start, started = {}, set(target.free_RVs)  # the whitened origin is the mode
     sampler = kwargs.get("nuts_sampler") or ("nutpie" if _has_nutpie() else "pymc")
     if sampler == "nutpie":
@@ -263,8 +265,10 @@ def sample(
     with _blas_threads(blas_threads):
         idata = pm.sample(draws, model=target, initvals=start or None, **kwargs)
     if target is not model and isinstance(idata, xr.DataTree):  # not return_inferencedata=False
-        idata = to_model_trace(idata, model, log_likelihood=log_likelihood)
+        idata = to_model_trace(idata, model)
         idata.posterior.attrs["whitened"] = 1
+    if log_likelihood and isinstance(idata, xr.DataTree):
+        compute_log_likelihood(idata, model, progressbar=kwargs.get("progressbar", True))
     if correction is None:
         return idata
     return _corrected(idata, model, kwargs, correction_kwargs)

@@ -160,10 +160,9 @@ def whitened_model(
     return new, L
 
 
-def to_model_trace(idata: xr.DataTree, model: pm.Model, log_likelihood: bool = False):
+def to_model_trace(idata: xr.DataTree, model: pm.Model):
     """The trace of a whitened model's run as if ``model`` had been sampled: the whitened
-    coordinates dropped, the observed and constant data of ``model`` attached, and the
-    pointwise log-likelihood computed on request."""
+    coordinates dropped, the observed and constant data of ``model`` attached."""
     for group in ("posterior", "warmup_posterior"):
         if group in idata.children:
             idata[group] = (
@@ -179,6 +178,4 @@ def to_model_trace(idata: xr.DataTree, model: pm.Model, log_likelihood: bool = F
         idata[group] = xr.DataTree(
             dict_to_dataset(values, inference_library=pm, coords=coords, dims=dims, sample_dims=[])
         )
-    if log_likelihood:
-        pm.compute_log_likelihood(idata, model=model, progressbar=False)
     return idata

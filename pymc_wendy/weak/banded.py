@@ -494,6 +494,11 @@ class BandedEvaluation:
         order (``C`` the band factor): whitening for least squares and rank tests."""
         return _tri_solve(self.cb, self.to_band_order(np.asarray(B, dtype=float)), "N")
 
+    def precision_diagonal(self) -> np.ndarray:
+        """``diag(S^-1)``, state-major in the original order, from the band of ``S^-1``
+        (:func:`selected_inverse`, ``O(n b^2)``)."""
+        return self.from_band_order(selected_inverse(self.cb)[0])
+
     def whiten(self) -> np.ndarray:
         """``C^-1 r`` in the interleaved order (``C`` is the band factor, not the dense one:
         the whitened residuals differ from ``kernels.whiten`` by an orthogonal map)."""

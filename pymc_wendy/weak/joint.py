@@ -253,6 +253,19 @@ class JointLikelihood:
             [e.whitened_residual(p, s) for e, s in zip(self.experiments, sig, strict=True)]
         )
 
+    @property
+    def observation_key(self) -> str:
+        """The experiments' :attr:`~pymc_wendy.WeakLikelihood.observation_key`, in order."""
+        return "+".join(e.observation_key for e in self.experiments)
+
+    def loo_log_likelihood(self, p, sigma=None) -> np.ndarray:
+        """The experiments' leave-one-out log densities, concatenated: the experiments are
+        independent, so an entry given all the others depends on its own experiment only."""
+        sig = self._sigmas(sigma)
+        return np.concatenate(
+            [e.loo_log_likelihood(p, s) for e, s in zip(self.experiments, sig, strict=True)]
+        )
+
     def nll(self, p, sigma=None) -> float:
         """Sum of the experiments' negative log-likelihoods (corrected objectives)."""
         p = self.check_params(p)

@@ -108,6 +108,25 @@ def solve_lower(C: np.ndarray, B: np.ndarray) -> np.ndarray:
     return sla.solve_triangular(C, B, lower=True, check_finite=False)
 
 
+def precision_diagonal(C: np.ndarray) -> np.ndarray:
+    """``diag(S^-1)`` from the lower Cholesky factor ``C`` of ``S``: the squared column norms
+    of ``C^-1`` (one triangular inverse, ``n^3 / 3`` flops)."""
+    Ci = sla.solve_triangular(C, np.eye(C.shape[0]), lower=True, check_finite=False)
+    return np.einsum("ij,ij->j", Ci, Ci)
+
+
+def loo_log_density(a: np.ndarray, precision_diag: np.ndarray) -> np.ndarray:
+    """``log p(r_i | r_-i)`` of a Gaussian ``r ~ N(0, S)`` for every entry ``i``.
+
+    With ``a = S^-1 r`` and ``c = diag(S^-1)``, entry ``i`` given all the others is normal
+    with mean ``r_i - a_i / c_i`` and variance ``1 / c_i`` (Sundararajan and Keerthi, 2001;
+    Buerkner, Gabry and Vehtari, 2021, for leave-one-out cross-validation of non-factorised
+    normal models), so its log density is ``(log c_i - log 2 pi - a_i^2 / c_i) / 2``.
+    """
+    c = np.asarray(precision_diag, dtype=float)
+    return 0.5 * (np.log(c) - LOG_2PI - a**2 / c)
+
+
 @dataclass
 class Evaluation:
     """Quantities at one parameter point, shared by value, gradient and Hessian."""
@@ -135,6 +154,10 @@ class Evaluation:
     def quadratic(self) -> float:
         """The quadratic form ``r' S^-1 r / 2``."""
         return 0.5 * float(self.r @ self.a)
+
+    def precision_diagonal(self) -> np.ndarray:
+        """``diag(S^-1)``, state-major like ``r``."""
+        return precision_diagonal(self.C)
 
     @cached_property
     def L(self) -> np.ndarray:

@@ -12,6 +12,7 @@ interface. What depends on the kind of model (first order, higher order or force
 from __future__ import annotations
 
 import copy
+import hashlib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Literal
@@ -682,6 +683,49 @@ class WeakLikelihood:
         a = ev.a.reshape(self.model.n_states, -1)
         gx0 = (a @ view.phi[:, 0]) @ ev.Ju[0] + a @ view.dphi[:, 0]
         return ev.nll, g, gx0, np.zeros_like(s2) if gs is None else gs
+
+    @property
+    def observation_key(self) -> str:
+        """A digest of what the weak residual observes: the time grid, the data (after the
+        noise model's transform), the test functions and the kind of weak form.
+
+        Log-likelihoods of two models compare (``az.compare``) only when their keys are
+        equal: then both are densities of the same observed projections of the same data.
+        """
+        form, tf = self.form, self.form.test_functions
+        rows = tf.windows if isinstance(tf, LocalTestFunctions) else None
+        arrays = (form.t, form.X, form.weights)
+        arrays += (rows.start, rows.phi, rows.dphi) if rows is not None else (tf.phi, tf.dphi)
+        h = hashlib.sha256(f"{type(form).__name__}|{self.noise}|{self.model.orders}".encode())
+        for a in arrays:
+            if a is not None:
+                a = np.ascontiguousarray(a, dtype=float)
+                h.update(repr(a.shape).encode() + a.tobytes())
+        return h.hexdigest()[:16]
+
+    @single_blas_thread
+    def loo_log_likelihood(self, p, sigma=None, x0=None) -> np.ndarray:
+        """``log p(r_i | r_-i, p)`` for every weak-residual entry ``i``, state-major (K*D,).
+
+        The Gaussian weak likelihood does not factorise over its entries (``S(p)`` is not
+        diagonal), but each entry has a closed-form density given all the others
+        (:func:`~pymc_wendy.weak.kernels.loo_log_density`): what PSIS-LOO needs for a
+        non-factorised normal model (``docs/pymc.md``, "Model comparison"). ``x0`` is the
+        initial row of a likelihood whose initial state has a prior (:meth:`at_initial_value`).
+
+        Raises
+        ------
+        ValueError
+            For a :meth:`corrected` likelihood: its objective is not a density of the residual.
+        """
+        if self._correction is not None:
+            raise ValueError(
+                "a bias-corrected likelihood has no leave-one-out density: its objective drops "
+                "the log-determinant, so it is not a density of the weak residual"
+            )
+        view = self if x0 is None else self.at_initial_value(x0)
+        ev = view.form.evaluation(self.check_params(p), self._s2(sigma))
+        return kernels.loo_log_density(ev.a, ev.precision_diagonal())
 
     @single_blas_thread
     def hessian(self, p, sigma=None) -> np.ndarray:

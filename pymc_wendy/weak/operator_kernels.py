@@ -93,6 +93,10 @@ class Evaluation:
     def quadratic(self) -> float:
         return 0.5 * float(self.r @ self.a)
 
+    def precision_diagonal(self) -> np.ndarray:
+        """``diag(S^-1)``, in the order of ``r``."""
+        return kernels.precision_diagonal(self.C)
+
     @property
     def s2_columns(self) -> np.ndarray:
         """Effective variance of every column ``(e, m)`` of ``L``."""

@@ -116,6 +116,15 @@ class Likelihood(Protocol):
 
     def whitened_residual(self, p, sigma=None) -> np.ndarray: ...
 
+    @property
+    def observation_key(self) -> str:
+        """A digest of what the residual observes; equal keys, comparable log-likelihoods."""
+        ...
+
+    def loo_log_likelihood(self, p, sigma=None) -> np.ndarray:
+        """``log p(r_i | r_-i, p)`` per weak-residual entry: the pointwise values of PSIS-LOO."""
+        ...
+
     # --- the objective ---------------------------------------------------------------------
     def nll(self, p, sigma=None) -> float: ...
 

@@ -33,13 +33,6 @@ _MARKER = re.compile(_MARKER_PATTERN)
 #: A ```python block, optionally preceded (blank lines between allowed) by a doc-test marker.
 _BLOCK = re.compile(rf"(?:{_MARKER_PATTERN}\s*)?^```python\n(?P<code>.*?)^```", re.S | re.M)
 
-#: Pages whose slow blocks cannot carry a marker yet, because the file is being edited
-#: elsewhere: {page: {block index: reason}}. Remove an entry once the page has its marker.
-_PENDING_MARKERS: dict[str, dict[int, str]] = {
-    "docs/forward.md": {0: "slow, about 30 s (NUTS and the forward correction)"},
-}
-
-
 @dataclass(frozen=True)
 class Block:
     code: str
@@ -50,15 +43,14 @@ class Block:
 def blocks(path: Path) -> list[Block]:
     """The page's ```python blocks in order, with their slow markers."""
     text = path.read_text()
-    pending = _PENDING_MARKERS.get(path.relative_to(ROOT).as_posix(), {})
     out = []
-    for i, m in enumerate(_BLOCK.finditer(text)):
+    for m in _BLOCK.finditer(text):
         marker = m.group("marker")
         if marker is not None and not marker.startswith("slow"):
             raise ValueError(f"{path.name}: unknown doc-test marker {marker!r}")
         fence = text.index("```python", m.start())
         line = text.count("\n", 0, fence) + 2  # the block's first code line
-        out.append(Block(m.group("code"), line, marker or pending.get(i)))
+        out.append(Block(m.group("code"), line, marker))
     return out
 
 

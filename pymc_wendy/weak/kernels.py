@@ -111,7 +111,9 @@ def solve_lower(C: np.ndarray, B: np.ndarray) -> np.ndarray:
 def precision_diagonal(C: np.ndarray) -> np.ndarray:
     """``diag(S^-1)`` from the lower Cholesky factor ``C`` of ``S``: the squared column norms
     of ``C^-1`` (one triangular inverse, ``n^3 / 3`` flops)."""
-    Ci = sla.solve_triangular(C, np.eye(C.shape[0]), lower=True, check_finite=False)
+    Ci, info = sla.lapack.dtrtri(C, lower=1)
+    if info != 0:
+        raise CovarianceError(f"the weak-residual covariance S(p) is singular (trtri: {info})")
     return np.einsum("ij,ij->j", Ci, Ci)
 
 

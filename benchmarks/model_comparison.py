@@ -193,8 +193,8 @@ def main() -> None:
     have = {(r["pair"], r["noise_ratio"], r["n_points"], r["dataset"]) for r in done}
     todo = [
         (pair, float(nr), args.points, i)
+        for nr in args.noise.split(",")  # every pair at the first noise level first
         for pair in args.pairs.split(",")
-        for nr in args.noise.split(",")
         for i in range(args.n_datasets)
         if (pair, float(nr), args.points, i) not in have
     ]

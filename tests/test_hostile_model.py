@@ -1,6 +1,8 @@
 """Hostile input to sampling, inputs and simulation (issue 33, item 8): each case fails early
 with an error naming the problem, or works, never a traceback from deep inside a library."""
 
+import warnings
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -149,3 +151,25 @@ def test_a_solution_that_overflows_is_a_simulation_error_without_warnings(name):
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(SimulationError):
             pw.solve(prob.model, np.asarray(prob.p_true) * 1e200, u0, data.t, inputs=prob.inputs)
+
+
+def test_weak_least_squares_rejects_an_overflowing_trial_step_quietly():
+    """A Gauss-Newton step to where ``||r||^2`` overflows is a step that does not descend
+    (seen from a nonlinear start on the theophylline model): halved, with no RuntimeWarning."""
+    from types import SimpleNamespace
+
+    from pymc_wendy.estimators.wls import solve_wls
+
+    class Steep:  # r(p) = p - 2 with a derivative so small that the first step is 1e160
+        model = SimpleNamespace(is_linear_in_params=False, n_params=1)
+
+        def residual(self, p):
+            return np.array([p[0] - 2.0, 0.0])
+
+        def dr_dp(self, p):
+            return np.array([[1e-160], [0.0]])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p, _, _ = solve_wls(Steep(), [1.0], max_iter=3)
+    assert p.tolist() == [1.0]  # 30 halvings leave the step at 1e151: no descent, no move

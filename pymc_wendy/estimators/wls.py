@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import linalg, optimize, stats
 
 from pymc_wendy.estimators._bounds import check_closed_box
 from pymc_wendy.estimators._problem import FitProblem, safe_nll
@@ -41,7 +41,10 @@ def solve_wls(lik: Likelihood, p0, max_iter: int = 50, tol: float = 1e-10, bound
                 r_new = lik.residual(p + step)
             except WeakLikelihoodError:
                 r_new = None
-            if r_new is not None and r_new @ r_new < r @ r:
+            # BLAS nrm2 scales: a trial residual of 1e200 is "larger", not an overflow warning
+            if r_new is not None and linalg.norm(r_new, check_finite=False) < linalg.norm(
+                r, check_finite=False
+            ):
                 break
             step = step / 2
         else:

@@ -332,3 +332,22 @@ def test_observed_terms_name_their_dims_from_the_data():
         p = pm.Normal("p", 0, 10, shape=len(ode.params))
         WeakODELikelihood("U", ode=ode, params=p, t=data.t, observed=data.U)
     assert model.named_vars_to_dims["U"] == ("time", "U_state")
+
+
+def test_sample_raises_target_accept_for_hierarchical_models_only(monkeypatch):
+    """A free variable without a WENDy start (a group-level mean, say) means a hierarchical
+    model: target_accept 0.95 unless the user gives one (docs/experiments.md)."""
+    from pymc_wendy.bayes import sampling
+
+    prob, data = _data("logistic", 129, 0.05, 0)
+    seen = []
+    monkeypatch.setattr(sampling.pm, "sample", lambda draws, **kw: seen.append(kw))
+    with _model(prob, data):  # every free variable started: PyMC's default
+        pmw.sample(10, whiten=False)
+    with pm.Model():
+        mu = pm.Normal("mu", 1, 1)
+        p = pm.Normal("p", mu, 1, shape=2)
+        WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+        pmw.sample(10)
+        pmw.sample(10, target_accept=0.9)
+    assert [kw.get("target_accept") for kw in seen] == [None, 0.95, 0.9]

@@ -4,6 +4,7 @@ import numpy as np
 import pymc as pm
 import pytest
 import xarray as xr
+from scipy import stats
 
 import pymc_wendy as pw
 from pymc_wendy.bayes.correction import forward_correction
@@ -121,8 +122,17 @@ def test_sample_with_forward_correction_keeps_the_weak_draws(drift):
         result = pw.sample(
             300, chains=2, progressbar=False, random_seed=4, correction="forward",
             correction_kwargs={"initial_state": pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1)},
+            idata_kwargs={"log_likelihood": True},
         )  # fmt: skip
     assert "weak_posterior" in result.children and "U_u0" in result.posterior
+    # the forward model's likelihood factorises: one value per time point and state
+    ll = result.log_likelihood["U"].isel(chain=0, draw=0).values
+    assert ll.shape == (41, 1)
+    first = result.posterior.isel(chain=0, draw=0)
+    a, u0 = float(first["a"]), float(np.ravel(first["U_u0"])[0])
+    t = np.linspace(0.0, 2.0, 41)
+    y = 0.7 - 1.3 * t + SIGMA * np.random.default_rng(3).standard_normal(t.size)  # drift's data
+    np.testing.assert_allclose(ll[:, 0], stats.norm.logpdf(y, u0 + a * t, SIGMA), rtol=1e-6)
     assert result.attrs["route"] in ("importance", "nuts")
     m, _ = _moments(result)
     assert np.all(np.abs(m - mean) < 0.5 * np.sqrt(np.diag(cov)))

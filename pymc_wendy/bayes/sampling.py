@@ -210,6 +210,9 @@ def sample(
         ``"forward"``: correct the weak posterior to the forward-solve posterior of the same
         model (:func:`~pymc_wendy.forward_correction`, with ``correction_kwargs``) and
         return that, with the weak draws in a ``weak_posterior`` group.
+        ``idata_kwargs={"log_likelihood": True}`` then stores the forward model's
+        log-likelihood, one value per time point and state; without a correction, the
+        weak likelihood's pointwise values (:func:`~pymc_wendy.compute_log_likelihood`).
     correction_kwargs : dict, optional
         Options of :func:`~pymc_wendy.forward_correction`.
     **kwargs
@@ -274,16 +277,21 @@ def sample(
         idata.posterior.attrs["whitened"] = 1
     if hierarchical and isinstance(idata, xr.DataTree):
         idata.posterior.attrs["target_accept"] = kwargs["target_accept"]
-    if log_likelihood and isinstance(idata, xr.DataTree):
-        compute_log_likelihood(idata, model, progressbar=kwargs.get("progressbar", True))
     if correction is None:
+        if log_likelihood and isinstance(idata, xr.DataTree):
+            compute_log_likelihood(idata, model, progressbar=kwargs.get("progressbar", True))
         return idata
-    return _corrected(idata, model, kwargs, correction_kwargs)
+    return _corrected(idata, model, kwargs, correction_kwargs, log_likelihood)
 
 
-def _corrected(idata, model: pm.Model, kwargs: dict, options: dict | None):
-    """The forward correction of ``idata``, the weak draws kept as ``weak_posterior``."""
+def _corrected(
+    idata, model: pm.Model, kwargs: dict, options: dict | None, log_likelihood: bool = False
+):
+    """The forward correction of ``idata``, the weak draws kept as ``weak_posterior``; with
+    ``log_likelihood``, the forward model's own pointwise values (one per time point and
+    state: its likelihood factorises)."""
     from pymc_wendy.bayes.correction import forward_correction
+    from pymc_wendy.bayes.forward import forward_model
 
     options = dict(options or {})
     seed = kwargs.get("random_seed")
@@ -292,6 +300,9 @@ def _corrected(idata, model: pm.Model, kwargs: dict, options: dict | None):
     options.setdefault("progressbar", kwargs.get("progressbar", True))
     result = forward_correction(idata, model, **options)
     result["weak_posterior"] = idata.posterior
+    if log_likelihood:
+        fmodel, _ = forward_model(model, initial_state=options.get("initial_state"))
+        pm.compute_log_likelihood(result, model=fmodel, progressbar=options["progressbar"])
     return result
 
 

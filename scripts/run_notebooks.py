@@ -20,6 +20,33 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
+def _noise(output) -> bool:
+    """An empty display (a finished progress bar) or rich's 'install ipywidgets' warning."""
+    if output.get("output_type") != "display_data" or "image/png" in output.get("data", {}):
+        return False
+    text = "".join(output.get("data", {}).get("text/plain", ""))
+    return not text.strip() or "ipywidgets" in text
+
+
+def tidy(nb) -> None:
+    """Drop progress-bar noise and merge consecutive stream outputs of the same stream."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for out in (o for o in cell.outputs if not _noise(o)):
+            prev = merged[-1] if merged else None
+            if (
+                prev is not None
+                and out.output_type == "stream" == prev.output_type
+                and out.name == prev.name
+            ):
+                prev.text += out.text
+            else:
+                merged.append(out)
+        cell.outputs = merged
+
+
 def run(path: Path) -> bool:
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(
@@ -32,6 +59,7 @@ def run(path: Path) -> bool:
     except Exception as exc:  # report, keep the committed version, go on with the others
         print(f"{path.name}: FAILED after {time.perf_counter() - t0:.0f} s: {exc}", flush=True)
         return False
+    tidy(nb)
     nbformat.write(nb, path)
     print(f"{path.name}: {time.perf_counter() - t0:.0f} s", flush=True)
     return True

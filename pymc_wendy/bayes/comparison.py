@@ -89,7 +89,8 @@ def compute_log_likelihood(
     Notes
     -----
     One draw costs a Cholesky factorisation and a triangular inverse of ``S(p)``, ``K D``
-    square: about 10 ms at ``K D = 400`` (local test functions use the band of ``S^-1``).
+    square: 12 ms at ``K D = 400`` (FitzHugh-Nagumo, 513 points), about three likelihood
+    values; local test functions use the band of ``S^-1``.
     """
     model = pm.modelcontext(model)
     weak, other = _weak_terms(model, var_names)
@@ -267,13 +268,15 @@ def experiment_log_likelihood(
     name: str = "experiments",
     extend_inferencedata: bool = True,
 ) -> xr.DataArray:
-    """The log-likelihood of each experiment per draw, as one variable for ``az.loo``.
+    """The joint log-likelihood of each experiment per draw, as one variable for ``az.loo``.
 
     Parameters
     ----------
     idata : xarray.DataTree
-        A posterior (from :func:`pymc_wendy.sample`, ``pm.sample``, ...). Terms already in
-        its ``log_likelihood`` group are reused; the others are computed with
+        A posterior (from :func:`pymc_wendy.sample`, ``pm.sample``, ...). Joint values
+        already in its ``log_likelihood`` group (one per draw, from
+        :func:`pymc.compute_log_likelihood`) are reused; the others, and terms stored
+        pointwise by :func:`compute_log_likelihood` (which are kept), are computed with
         :func:`pymc.compute_log_likelihood`.
     model : pm.Model, optional
         Defaults to the model on the context stack.
@@ -295,7 +298,7 @@ def experiment_log_likelihood(
     Raises
     ------
     ValueError
-        Fewer than two experiments, or a name that is not an observed variable.
+        Fewer than two experiments, or a name that is not a ``WeakODELikelihood`` term.
     """
     model = pm.modelcontext(model)
     weak, other = _weak_terms(model, var_names)

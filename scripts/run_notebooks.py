@@ -10,6 +10,7 @@ A notebook that fails is left unchanged and the script exits with status 1 after
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -20,8 +21,15 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 
+#: what a kernel without ipywidgets prints on importing tqdm: about the environment, not results
+_WIDGETS_WARNING = re.compile(r".*TqdmWarning: IProgress not found.*\n(  from .autonotebook.*\n)?")
+
+
 def _noise(output) -> bool:
-    """An empty display (a finished progress bar) or rich's 'install ipywidgets' warning."""
+    """An empty display (a finished progress bar) or stream, or rich's 'install ipywidgets'
+    warning."""
+    if output.get("output_type") == "stream":
+        return not output.text
     if output.get("output_type") != "display_data" or "image/png" in output.get("data", {}):
         return False
     text = "".join(output.get("data", {}).get("text/plain", ""))
@@ -34,6 +42,9 @@ def tidy(nb) -> None:
         if cell.cell_type != "code":
             continue
         merged = []
+        for out in cell.outputs:
+            if out.output_type == "stream":
+                out.text = _WIDGETS_WARNING.sub("", out.text)
         for out in (o for o in cell.outputs if not _noise(o)):
             prev = merged[-1] if merged else None
             if (

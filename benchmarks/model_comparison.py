@@ -122,7 +122,7 @@ def run_one(pair: str, noise_ratio: float, n_points: int, dataset: int) -> dict:
                 (("true", true_ode), ("wrong", wrong_ode))}  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the Pareto k warnings: counted below
-            table = pw.compare(fits)
+            table = pw.compare(fits, round_to="none")
             loo = {n: az.loo(f, var_name="U", pointwise=True) for n, f in fits.items()}
     except Exception as exc:  # a failed fit is a result too
         record.update(ok=False, error=f"{type(exc).__name__}: {exc}"[:300])

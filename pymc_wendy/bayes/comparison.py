@@ -32,6 +32,8 @@ __all__ = ["compare", "compute_log_likelihood", "experiment_log_likelihood"]
 
 #: ``attrs["log_likelihood"]`` of a pointwise weak log-likelihood variable
 POINTWISE = "log p(r_i | r_-i): leave-one-out density of each weak-residual entry"
+#: ``attrs["log_likelihood"]`` of :func:`experiment_log_likelihood`'s variable
+EXPERIMENTS = "joint log-likelihood of each experiment"
 
 
 def _weak_terms(model: pm.Model, var_names: Sequence[str] | None) -> tuple[list, list]:
@@ -181,9 +183,11 @@ def compare(
         Each model's result, with the pointwise values of :func:`compute_log_likelihood`
         (``pw.sample(..., idata_kwargs={"log_likelihood": True})`` computes them).
     var_name : str, optional
-        The observed variable to compare on. Default: all of each model's weak terms,
-        whose entries are pooled into one variable (experiments are independent, so every
-        entry's leave-one-out density stays what it was).
+        The log-likelihood variable to compare on (a term, or ``"experiments"`` of
+        :func:`experiment_log_likelihood` to leave out whole experiments). Default: every
+        pointwise variable of the group (the weak terms and other observed variables, not
+        ``"experiments"``), their entries pooled into one variable: the terms are
+        independent given the parameters, so each entry's leave-one-out density is unchanged.
     **kwargs
         Passed to :func:`arviz.compare` (``method``, ``reference``, ``round_to``).
 
@@ -206,13 +210,13 @@ def compare(
     keys, pooled = {}, {}
     for label, idata in compare_dict.items():
         ds = _pointwise(label, idata, var_name)
-        keys[label] = {n: ds[n].attrs["observation_key"] for n in ds.data_vars}
+        keys[label] = {n: v.attrs.get("observation_key") for n, v in ds.data_vars.items()}
         pooled[label] = _pooled(idata, ds) if var_name is None else idata
     first, *rest = keys
     for label in rest:
         if keys[label].keys() != keys[first].keys():
             raise ValueError(
-                f"{first!r} and {label!r} have different weak terms ({sorted(keys[first])} "
+                f"{first!r} and {label!r} have different observed terms ({sorted(keys[first])} "
                 f"against {sorted(keys[label])})"
             )
         differ = [n for n in keys[first] if keys[first][n] != keys[label][n]]
@@ -227,18 +231,25 @@ def compare(
 
 
 def _pointwise(label: str, idata, var_name: str | None) -> xr.Dataset:
-    """The pointwise weak log-likelihood variables of one result, or a clear error."""
+    """The variables of one result to compare on, or a clear error: ``var_name``, or every
+    variable but the per-experiment stack of :func:`experiment_log_likelihood`."""
     if "log_likelihood" not in idata.children:
         raise ValueError(
             f"{label!r} has no log_likelihood group: run pw.compute_log_likelihood(idata, "
             "model) or sample with idata_kwargs={'log_likelihood': True}"
         )
     ds = idata["log_likelihood"].to_dataset()
-    names = [var_name] if var_name is not None else list(ds.data_vars)
-    bad = [n for n in names if n not in ds or "observation_key" not in ds[n].attrs]
+    if var_name is not None:
+        if var_name not in ds:
+            raise ValueError(f"{label!r} has no log-likelihood variable {var_name!r}")
+        names = [var_name]
+    else:
+        names = [n for n in ds.data_vars if ds[n].attrs.get("log_likelihood") != EXPERIMENTS]
+    # one value per draw: PyMC's joint value of a weak term, which LOO cannot use
+    bad = [n for n in names if set(ds[n].dims) <= {"chain", "draw"}]
     if bad:
         raise ValueError(
-            f"{label!r}: {bad} hold no pointwise weak log-likelihood (PyMC's "
+            f"{label!r}: {bad} hold no pointwise log-likelihood (PyMC's "
             "compute_log_likelihood gives one value per draw for a weak likelihood); run "
             "pw.compute_log_likelihood(idata, model)"
         )
@@ -322,6 +333,7 @@ def experiment_log_likelihood(
     parts = [joint[n].transpose("chain", "draw") for n in weak]
     stacked = xr.concat(parts, dim="experiment").assign_coords(experiment=weak)
     stacked = stacked.transpose("chain", "draw", "experiment").rename(name)
+    stacked.attrs = {"log_likelihood": EXPERIMENTS}
     if extend_inferencedata:
         idata["log_likelihood"] = xr.DataTree(stored.assign({name: stacked}))
     return stacked

@@ -33,6 +33,7 @@ _MARKER = re.compile(_MARKER_PATTERN)
 #: A ```python block, optionally preceded (blank lines between allowed) by a doc-test marker.
 _BLOCK = re.compile(rf"(?:{_MARKER_PATTERN}\s*)?^```python\n(?P<code>.*?)^```", re.S | re.M)
 
+
 @dataclass(frozen=True)
 class Block:
     code: str

@@ -238,3 +238,15 @@ def test_sample_stores_pointwise_values_and_experiments_stay_joint():
         )
         loo = az.loo(idata, var_name="experiments")
     assert float(by_experiment.loc["a", "elpd"]) == pytest.approx(loo.elpd, rel=1e-9)
+
+
+def test_hostile_comparison_inputs(growth):
+    data, tf, fits = growth
+    model, idata = fits["logistic"]
+    with pytest.raises(ValueError, match="are not observed variables"):
+        pw.compute_log_likelihood(idata.copy(), model, var_names=["V"], progressbar=False)
+    with pytest.raises(ValueError, match="at least two models"):
+        pw.compare({"a": idata})
+    ok = pw.compute_log_likelihood(idata.copy(), model, progressbar=False)
+    with pytest.raises(ValueError, match="no log-likelihood variable 'W'"):
+        pw.compare({"a": ok, "b": ok.copy()}, var_name="W")

@@ -7,8 +7,10 @@ samples many data sets of one model (coverage, ``benchmarks/higher_order.py``):
 
 * ``reuse``: the library as it is; the first data set compiles the kernel, later ones only
   the small callers and the rest of the graph.
-* ``reference``: the kernel cache is emptied before every data set, so every data set
-  compiles its kernel again (what a new likelihood cost before the kernel was shared).
+* ``reference``: the kernel caches (in memory and on disk: a fresh cache directory) are
+  emptied before every data set, so every data set compiles its kernel again (what a new
+  likelihood cost before the kernel was shared, and what a new process cost before the
+  kernel was cached on disk).
 
 Printed per case: the wall time of ``pw.sample`` (WENDy-MLE, posterior mode and Hessian,
 compilation, sampling; 2 chains x (300 + 300) on one core) for the first data set and the
@@ -25,6 +27,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -34,6 +38,14 @@ import pymc as pm  # noqa: E402
 import pymc_wendy as pw  # noqa: E402
 from pymc_wendy.backends import numba_kernels  # noqa: E402
 from pymc_wendy.studies.coverage import default_priors  # noqa: E402
+
+
+def _forget_kernels() -> None:
+    numba_kernels._KERNELS.clear()
+    for name in [m for m in sys.modules if m.startswith("pymc_wendy_kernel_")]:
+        del sys.modules[name]
+    os.environ["PYMC_WENDY_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile_reuse_")
+
 
 #: case: (problem, points, noise ratio, WeakODELikelihood's ``linear``); one per compiled path
 CASES = {
@@ -84,7 +96,7 @@ def main() -> None:
             times = []
             for seed in range(args.datasets):
                 if variant == "reference":
-                    numba_kernels._KERNELS.clear()
+                    _forget_kernels()
                 times.append(_one(prob, n, noise, linear, 100 * (variant == "reference") + seed))
             rows[variant] = times
             print(

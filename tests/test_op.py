@@ -1,5 +1,8 @@
 """The pytensor Op: compiled kernels against the numpy reference, verify_grad, native numba."""
 
+import os
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -89,6 +92,39 @@ def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linea
         values.append(float(value))
     assert kernels[0] is kernels[1]
     assert values[0] != pytest.approx(values[1], rel=1e-3)
+
+
+_SECOND_PROCESS = """
+import numpy as np
+from pymc_wendy.backends import numba_kernels
+from pymc_wendy.problems import get_problem
+from pymc_wendy.weak.likelihood import WeakLikelihood
+
+prob = get_problem("logistic")
+data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
+lik = WeakLikelihood(prob.model, data.t, data.U, linear="general")
+kernel = numba_kernels.kernel_for(lik, "general", infer_sigma=False, want_grad=True)
+value, grad, _ = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(
+    data.p_true * 1.1, np.zeros(0), 0.0
+)
+print(kernel.cache_hits, repr(value), repr(float(grad[0])))
+"""
+
+
+def test_the_compiled_kernel_is_loaded_from_disk_in_a_second_process(tmp_path):
+    # the generated kernel module and numba's machine code stay in the cache directory: a
+    # second process with the same model structure loads them instead of compiling
+    env = {**os.environ, "PYMC_WENDY_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True, text=True,
+            check=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0][0] == "0" and runs[1][0] == "1", runs
+    assert runs[0][1:] == runs[1][1:]
+    assert len(list(tmp_path.glob("pymc_wendy_kernel_*.py"))) == 1
 
 
 def _verify_grad(lik, p, mode):

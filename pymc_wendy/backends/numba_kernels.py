@@ -20,7 +20,8 @@ on the data set (observations, test functions, noise level, precomputed matrices
 float64 buffer the kernel reads at run time. The Op's numba functions call the kernel through
 its address, so compiling them for a new data set does not compile (or re-optimise) the
 kernel: ``pw.sample`` on the next data set of a coverage study compiles in a fraction of the
-time (``docs/performance.md``).
+time (``docs/performance.md``). The kernel's module is written to :func:`cache_dir` and compiled
+with numba's disk cache, so the next process loads it instead of compiling.
 
 A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log-density
 ``-inf``) and a zero gradient instead of raising, so a sampler rejects the point and goes on.
@@ -29,8 +30,17 @@ A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import importlib.util
+import inspect
 import math
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 
 import numba
 import numpy as np
@@ -570,22 +580,21 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
     ``S_alpha = (1 - alpha) S + alpha c I`` (``S`` the model's, ridge included); ``alpha = 0``
     is the model's likelihood exactly. A bias-corrected likelihood
     (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
+
+    The kernel's source (the model's generated functions, the flags and a template of
+    :mod:`~pymc_wendy.backends.kernel_templates`) is written once to :func:`cache_dir` and
+    compiled with numba's on-disk cache, so another process with the same model structure
+    loads the machine code instead of compiling it (``cache_hits`` of the returned object
+    counts the loads).
     """
-    logdet = lik.correction is None
-    parts = [kind, str(infer_sigma), str(want_grad), str(logdet)]
-    spec = None
-    if kind != "linear":  # the linear path calls no model code
-        spec = lik.form.kernel_spec()
-        parts.append(repr(sorted(spec.shapes.items())))
-        parts += [spec.functions[name].py_func.__source__ for name in sorted(spec.functions)]
-    key = "\n".join(parts)
-    kernel = _KERNELS.get(key)
+    spec = (
+        None if kind == "linear" else lik.form.kernel_spec()
+    )  # the linear path calls no model code
+    source = _kernel_source(kind, spec, infer_sigma=infer_sigma, want_grad=want_grad,
+                            logdet=lik.correction is None)  # fmt: skip
+    kernel = _KERNELS.get(source)
     if kernel is None:
-        if kind == "linear":
-            inner = _linear_kernel(infer_sigma, want_grad, logdet)
-        else:
-            inner = _BUILDERS[kind](spec, infer_sigma, want_grad, logdet)
-        kernel = _KERNELS[key] = _c_kernel(inner)
+        kernel = _KERNELS[source] = _load_kernel_module(source).c_kernel
     return kernel
 
 
@@ -618,93 +627,108 @@ def make_kernel(
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 
-#: kernels by model structure (:func:`kernel_for`)
+#: loaded kernels by their module's source (:func:`kernel_for`)
 _KERNELS: dict[str, Callable] = {}
 
 
-def _c_kernel(inner: Callable):
-    """:func:`kernel_for`'s C-callable wrapper of ``inner(p, sigma2, alpha, buf)``."""
+def cache_dir() -> Path:
+    """Where :func:`kernel_for` keeps the generated kernel modules and their machine code.
 
-    @numba.cfunc(C_SIGNATURE)
-    def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
-        p = numba.carray(p_, (J,))
-        s2 = numba.carray(s2_, (n_s2,))
-        buf = numba.carray(buf_, (n_buf,))
-        out = numba.carray(out_, (1 + J + n_s2,))
-        nll, gp, gs = inner(p, s2, alpha, buf)
-        out[0] = nll
-        out[1 : 1 + J] = gp
-        if n_s2 > 0:
-            out[1 + J :] = gs[:n_s2]
-        return 0
-
-    return c_kernel
+    ``$PYMC_WENDY_CACHE_DIR`` if set, else ``pymc_wendy_kernels`` in ``$NUMBA_CACHE_DIR`` if
+    that is set, else ``pymc_wendy/kernels`` in the user's cache directory
+    (``$XDG_CACHE_HOME`` or ``~/.cache``). Deleting it is safe: kernels are compiled again.
+    """
+    if os.environ.get("PYMC_WENDY_CACHE_DIR"):
+        return Path(os.environ["PYMC_WENDY_CACHE_DIR"])
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return Path(os.environ["NUMBA_CACHE_DIR"]) / "pymc_wendy_kernels"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "pymc_wendy" / "kernels"
 
 
-def _linear_kernel(infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
-    @numba.njit
-    def linear_kernel(p, sigma2, alpha, buf):
-        o = _offsets(buf)
-        blocks = _unpack3(buf, o, 0)
-        be, bq = _unpack_index(buf, o, 1), _unpack_index(buf, o, 2)
-        bd, bd2 = _unpack_index(buf, o, 3), _unpack_index(buf, o, 4)
-        r0, G = _unpack1(buf, o, 5), _unpack2(buf, o, 6)
-        tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
-        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
-        p = np.ascontiguousarray(p)
-        keep = 1.0 - alpha
-        scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
-        w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
-        diag = keep * ridge_diag + alpha * c
-        nll, gp, gw = linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, want_grad, logdet)
-        if not logdet:
-            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
-        return nll, gp, gw * (keep * scale)
+def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logdet: bool) -> str:
+    """The Python source of the module holding one structure's kernel (:func:`kernel_for`)."""
+    from pymc_wendy.backends import kernel_templates
 
-    return linear_kernel
+    template, calls = kernel_templates.TEMPLATES[kind]
+    lines = [
+        f'"""A compiled weak-likelihood kernel ({kind}) generated by pymc_wendy.',
+        "",
+        "Safe to delete: it is written and compiled again when needed.",
+        '"""',
+        "",
+        "import math",
+        "",
+        "import numba",
+        "import numpy",
+        "import numpy as np",
+        "",
+        "from pymc_wendy.backends import numba_kernels as nk",
+        "",
+        f"# library: {_library_digest()}",
+        f"INFER_SIGMA = {bool(infer_sigma)}",
+        f"WANT_GRAD = {bool(want_grad)}",
+        f"LOGDET = {bool(logdet)}",
+    ]
+    if kind == "operator":
+        lines += [f"{name} = {tuple(spec.shapes[key])!r}"
+                  for name, key in kernel_templates.OPERATOR_SHAPES.items()]  # fmt: skip
+    for name, key in calls.items():
+        src = spec.functions[key].py_func.__source__
+        src = re.sub(r"^def \w+\(", f"def _{name}_source(", src, count=1)
+        lines += ["", "", src.rstrip(), f"{name} = numba.njit(cache=True)(_{name}_source)"]
+    entries = (
+        (template, "kernel = numba.njit(cache=True)"),
+        (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
+    )
+    for fn, jit in entries:
+        lines += ["", "", inspect.getsource(fn).rstrip(), f"{jit}({fn.__name__})"]
+    return "\n".join(lines) + "\n"
 
 
-def _general_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
-    """:func:`kernel_for`'s general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
-    f, f_u, f_p, f_up = (spec.functions[w] for w in ("f", "f_u", "f_p", "f_up"))
+def _library_digest() -> str:
+    """A digest of the compiled code a kernel module calls: numba caches a module's functions
+    by its own source only, so a change of the library must change the module's source."""
+    global _LIBRARY_DIGEST
+    if _LIBRARY_DIGEST is None:
+        h = hashlib.sha256(numba.__version__.encode())
+        for mod in ("numba_kernels", "lapack", "kernel_templates"):
+            h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
+        _LIBRARY_DIGEST = h.hexdigest()[:16]
+    return _LIBRARY_DIGEST
 
-    @numba.njit
-    def general_kernel(p, sigma2, alpha, buf):
-        o = _offsets(buf)
-        t, X = _unpack1(buf, o, 0), _unpack2(buf, o, 1)
-        phi, dphi, b = _unpack2(buf, o, 2), _unpack2(buf, o, 3), _unpack2(buf, o, 4)
-        W, fixed_s2 = _unpack2(buf, o, 5), _unpack1(buf, o, 6)
-        tilt, ref, scalars = _unpack1(buf, o, 7), _unpack1(buf, o, 8), _unpack1(buf, o, 9)
-        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
-        free = scalars[4] > 0.5  # p ends with the initial row (an initial state with a prior)
-        J = int(scalars[5]) if free else p.size
-        x0 = np.ascontiguousarray(p[J:])
-        p = np.ascontiguousarray(p[:J])
-        M1, D = t.size, X.shape[1]
-        if free:
-            X, b = _with_initial_row(X, b, dphi, x0)
-        F = f(t, X, p, np.zeros((M1, D)))
-        Ju = f_u(t, X, p, np.zeros((M1, D, D)))
-        if want_grad:
-            Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-            Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-        else:  # unused by the value: empty stand-ins of the right rank
-            Jp = np.zeros((0, D, J))
-            Jup = np.zeros((0, D, D, J))
-        s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
-        keep = 1.0 - alpha
-        scale = keep * (1.0 - ridge)
-        diag = keep * ridge_diag + alpha * c
-        nll, gp, gs, a = general(
-            phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet
-        )
-        if not logdet:
-            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
-        if free:
-            gp = np.concatenate((gp, _initial_row_gradient(phi, dphi, Ju, a, want_grad)))
-        return nll, gp, gs
 
-    return general_kernel
+_LIBRARY_DIGEST: str | None = None
+
+
+def _load_kernel_module(source: str) -> ModuleType:
+    """Write ``source`` to :func:`cache_dir` (once; the name is its digest) and import it.
+
+    The file is written atomically, so processes of a study starting together do not read a
+    half-written module. Where the cache directory cannot be written the module goes to a
+    temporary directory: correct, compiled once per process."""
+    name = "pymc_wendy_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:24]
+    if name in sys.modules:
+        return sys.modules[name]
+    for directory in (cache_dir(), None):
+        try:
+            if directory is None:
+                directory = Path(tempfile.mkdtemp(prefix="pymc_wendy_kernels_"))
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"{name}.py"
+            if not path.exists() or path.read_text() != source:
+                fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(source)
+                os.replace(tmp, path)
+            break
+        except OSError:
+            continue
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # numba's cache looks functions up by their module
+    spec.loader.exec_module(module)
+    return module
 
 
 @numba.njit(cache=True)
@@ -736,56 +760,3 @@ def _initial_row_gradient(phi, dphi, Ju, a, want_grad):
         for e in range(D):
             g[e] += pa * Ju[0, d, e]
     return g
-
-
-def _operator_kernel(spec, infer_sigma: bool, want_grad: bool, logdet: bool) -> Callable:
-    """:func:`kernel_for`'s general path for models with derivative terms or inputs
-    (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
-    f, f_u, f_p, f_up = (spec.functions[w] for w in ("f", "f_u", "f_p", "f_up"))
-    c_fn, b_fn, cp_fn, bp_fn = (spec.functions[w] for w in ("C", "beta", "C_p", "beta_p"))
-    shapes = spec.shapes
-    sC, sb, sCp, sbp = shapes["C"], shapes["beta"], shapes["C_p"], shapes["beta_p"]
-
-    @numba.njit
-    def operator_kernel(p, sigma2, alpha, buf):
-        o = _offsets(buf)
-        t, X, phi = _unpack1(buf, o, 0), _unpack2(buf, o, 1), _unpack2(buf, o, 2)
-        ops, OX, Psi = _unpack3(buf, o, 3), _unpack3(buf, o, 4), _unpack2(buf, o, 5)
-        W, fixed_s2 = _unpack2(buf, o, 6), _unpack1(buf, o, 7)
-        tilt, ref, scalars = _unpack1(buf, o, 8), _unpack1(buf, o, 9), _unpack1(buf, o, 10)
-        ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
-        p = np.ascontiguousarray(p)
-        M1, D, J = t.size, X.shape[1], p.size
-        zt, zu = np.zeros(1), np.zeros((1, 0))
-        F = f(t, X, p, np.zeros((M1, D)))
-        Ju = f_u(t, X, p, np.zeros((M1, D, D)))
-        Cq = c_fn(zt, zu, p, np.zeros((1,) + sC))[0]
-        beta = b_fn(zt, zu, p, np.zeros((1,) + sb))[0]
-        if want_grad:
-            Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-            Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-            Cp = cp_fn(zt, zu, p, np.zeros((1,) + sCp))[0]
-            bp = bp_fn(zt, zu, p, np.zeros((1,) + sbp))[0]
-        else:
-            Jp = np.zeros((0, D, J))
-            Jup = np.zeros((0, D, D, J))
-            Cp = np.zeros(sCp)
-            bp = np.zeros(sbp)
-        s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
-        keep = 1.0 - alpha
-        scale = keep * (1.0 - ridge)
-        diag = keep * ridge_diag + alpha * c
-        nll, gp, gs = operator(
-            phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, want_grad,
-            logdet,
-        )  # fmt: skip
-        if not logdet:
-            nll = _tilt(nll, gp, p, tilt, ref, offset, want_grad)
-        return nll, gp, gs
-
-    return operator_kernel
-
-
-#: kernel builders by :attr:`WeakForm.kind <pymc_wendy.weak.form.WeakForm.kind>`: a new kind of
-#: model adds its builder here (``builder(spec, infer_sigma, want_grad, logdet)``)
-_BUILDERS: dict[str, Callable] = {"general": _general_kernel, "operator": _operator_kernel}

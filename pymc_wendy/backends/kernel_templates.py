@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pymc_wendy.backends import numba_banded as nb
 from pymc_wendy.backends import numba_kernels as nk
 
 # Bound by the generated module (placeholders, see the module doc).
@@ -81,6 +82,37 @@ def general_kernel(p, sigma2, alpha, buf):
     return nll, gp, gs
 
 
+def banded_kernel(p, sigma2, alpha, buf):
+    """The general path with local test functions (:mod:`~pymc_wendy.backends.numba_banded`)."""
+    o = nk._offsets(buf)
+    t, X, start = nk._unpack1(buf, o, 0), nk._unpack2(buf, o, 1), nk._unpack_index(buf, o, 2)
+    phi, dphi = nk._unpack2(buf, o, 3), nk._unpack2(buf, o, 4)
+    Gp, Gd = nk._unpack3(buf, o, 5), nk._unpack3(buf, o, 6)
+    bb, W, fixed_s2 = nk._unpack2(buf, o, 7), nk._unpack2(buf, o, 8), nk._unpack1(buf, o, 9)
+    tilt, ref, scalars = nk._unpack1(buf, o, 10), nk._unpack1(buf, o, 11), nk._unpack1(buf, o, 12)
+    ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
+    p = np.ascontiguousarray(p)
+    M1, D, J = t.size, X.shape[1], p.size
+    F = f(t, X, p, np.zeros((M1, D)))
+    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
+    if WANT_GRAD:
+        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
+        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
+    else:
+        Jp = np.zeros((0, D, J))
+        Jup = np.zeros((0, D, D, J))
+    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
+    keep = 1.0 - alpha
+    scale = keep * (1.0 - ridge)
+    diag = keep * ridge_diag + alpha * c
+    nll, gp, gs = nb.banded(
+        start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET
+    )
+    if not LOGDET:
+        nll = nk._tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+    return nll, gp, gs
+
+
 def operator_kernel(p, sigma2, alpha, buf):
     """Models with derivative terms or inputs (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
     o = nk._offsets(buf)
@@ -139,6 +171,7 @@ def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
 TEMPLATES = {
     "linear": (linear_kernel, {}),
     "general": (general_kernel, {"f": "f", "f_u": "f_u", "f_p": "f_p", "f_up": "f_up"}),
+    "banded": (banded_kernel, {"f": "f", "f_u": "f_u", "f_p": "f_p", "f_up": "f_up"}),
     "operator": (
         operator_kernel,
         {

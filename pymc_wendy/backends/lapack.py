@@ -59,6 +59,16 @@ _dsyrk = _routine(
     (_i32p, _i32p, _i32p, _i32p, _f64p, _f64p, _i32p, _f64p, _f64p, _i32p),
 )
 
+
+# UPLO, N, KD, AB, LDAB, INFO
+_dpbtrf = _routine("cython_lapack", "dpbtrf", (_i32p, _i32p, _i32p, _f64p, _i32p, _i32p))
+# UPLO, N, KD, NRHS, AB, LDAB, B, LDB, INFO
+_dpbtrs = _routine(
+    "cython_lapack",
+    "dpbtrs",
+    (_i32p, _i32p, _i32p, _i32p, _f64p, _i32p, _f64p, _i32p, _i32p),
+)
+
 _L = np.int32(ord("L"))
 _N = np.int32(ord("N"))
 
@@ -124,3 +134,34 @@ def syrk_lower(A: np.ndarray, out: np.ndarray) -> None:
         out.ctypes,
         val_to_int_ptr(n),
     )
+
+
+@numba.njit(cache=True)
+def pbtrf_lower(AB: np.ndarray) -> int:
+    """Overwrite the F-ordered lower band storage ``AB`` (b + 1, n), ``AB[i - j, j] = A[i, j]``,
+    with that of its Cholesky factor. Returns LAPACK's ``info`` (> 0: not positive definite)."""
+    kd = np.int32(AB.shape[0] - 1)
+    n = np.int32(AB.shape[1])
+    ld = np.int32(AB.shape[0])
+    info = val_to_int_ptr(np.int32(0))
+    _dpbtrf(
+        val_to_int_ptr(_L), val_to_int_ptr(n), val_to_int_ptr(kd), AB.ctypes, val_to_int_ptr(ld),
+        info,
+    )  # fmt: skip
+    return int_ptr_to_val(info)
+
+
+@numba.njit(cache=True)
+def pbtrs_lower(CB: np.ndarray, B: np.ndarray) -> int:
+    """Overwrite the F-ordered ``B`` (n, nrhs) with ``(C C^T)^{-1} B`` for the lower band
+    factor ``C`` in F-ordered band storage ``CB`` (b + 1, n) (:func:`pbtrf_lower`)."""
+    kd = np.int32(CB.shape[0] - 1)
+    n = np.int32(CB.shape[1])
+    ld = np.int32(CB.shape[0])
+    nrhs = np.int32(B.shape[1])
+    info = val_to_int_ptr(np.int32(0))
+    _dpbtrs(
+        val_to_int_ptr(_L), val_to_int_ptr(n), val_to_int_ptr(kd), val_to_int_ptr(nrhs),
+        CB.ctypes, val_to_int_ptr(ld), B.ctypes, val_to_int_ptr(n), info,
+    )  # fmt: skip
+    return int_ptr_to_val(info)

@@ -506,6 +506,12 @@ def kernel_inputs(
     else:
         spec = lik.form.kernel_spec()
         kind = spec.kind
+        if free_initial and kind == "banded":
+            raise ValueError(
+                "an initial state with a prior needs dense test functions: the local ones "
+                "(test_functions='local', the default above 4097 points) have no row that "
+                "reads the first time point; pass test_functions='default'"
+            )
         data = (*spec.arrays, np.asarray(lik.sigma, dtype=float) ** 2)
     return kind, _pack((*data, tilt, ref, scalars))
 
@@ -663,6 +669,7 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         "import numpy",
         "import numpy as np",
         "",
+        "from pymc_wendy.backends import numba_banded as nb",
         "from pymc_wendy.backends import numba_kernels as nk",
         "",
         f"# library: {_library_digest()}",
@@ -692,7 +699,7 @@ def _library_digest() -> str:
     global _LIBRARY_DIGEST
     if _LIBRARY_DIGEST is None:
         h = hashlib.sha256(numba.__version__.encode())
-        for mod in ("numba_kernels", "lapack", "kernel_templates"):
+        for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates"):
             h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
         _LIBRARY_DIGEST = h.hexdigest()[:16]
     return _LIBRARY_DIGEST

@@ -217,8 +217,13 @@ class FirstOrderForm(WeakForm):
 
     def kernel_spec(self):
         fns = {w: self.model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
-        # local test functions: the compiled kernels are dense, so phi is densified (correct
-        # but O(K^3); a clear error where it would not fit in memory)
-        b = self.b if not self.banded else self.dphi @ self.X
-        arrays = (self.t, self.X, self.phi, self.dphi, b, self.weights_or_ones())
+        if self.banded:  # the windows, in the band's order (backends/numba_banded.py)
+            rows = self.rows
+            Gp, Gd = rows.neighbours
+            arrays = (
+                self.t, self.X, rows.start.astype(float), rows.phi, rows.dphi, Gp, Gd,
+                self.b[rows.order], self.weights_or_ones(),
+            )  # fmt: skip
+            return KernelSpec("banded", arrays, fns)
+        arrays = (self.t, self.X, self.phi, self.dphi, self.b, self.weights_or_ones())
         return KernelSpec(self.kind, arrays, fns)

@@ -503,8 +503,8 @@ class WeakLikelihood:
         path). Follows the ``linear`` option and memory budget; resolving per noise state
         (``per_state``, for a noise level that is a model variable) costs D times the memory
         of the fixed-noise form."""
-        if self._linear_mode == "general" or not self.model.is_linear_in_params:
-            return None
+        if self._linear_mode == "general" or not self.model.is_linear_in_params or self.banded:
+            return None  # banded: the compiled banded kernel (dense K D x K D blocks otherwise)
         if not per_state:
             form = self.linear_form(self.sigma**2)
             if form is None:

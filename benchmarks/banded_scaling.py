@@ -14,7 +14,10 @@ Two tables.
    ``banded.gradient_parts``), their ratio, and the largest relative difference of the value
    and gradient where both run. Column ``numba`` is the compiled dense kernel the Op runs
    (``numba_kernels.make_kernel``, general path, noise fixed) on a ``WeakLikelihood`` with
-   the same test functions, for scale. A dense path is skipped once its predicted time (the
+   the same test functions, for scale; column ``nb band`` is the compiled banded kernel
+   the Op runs with local test functions (``pymc_wendy/backends/numba_banded.py``; bumps of
+   the same radius and stride from ``build_local_test_functions``), and ``n/nb`` the ratio
+   of the two compiled kernels. A dense path is skipped once its predicted time (the
    last measured one times the cube of the growth in ``K``) passes ``--dense-limit`` seconds;
    the banded one once its neighbour stacks (``LocalRows.neighbours``) would pass 2 GB.
 
@@ -148,6 +151,19 @@ def _numba_kernel(rows: banded.LocalRows, problem):
     return lambda: kernel(p, s2, 0.0)
 
 
+def _numba_banded_kernel(r: int, stride: int, problem):
+    prob, data, p = problem
+    dt = float(data.t[1] - data.t[0])
+    lik = WeakLikelihood(
+        prob.model, data.t, data.U, sigma=data.sigma, linear="general",
+        test_functions={"local": True, "radius": r * dt, "stride": stride},
+    )  # fmt: skip
+    assert lik.banded
+    kernel = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)
+    s2 = lik.sigma**2
+    return lambda: kernel(p, s2, 0.0)
+
+
 def _row(args, M1: int, dense: _Dense, compiled: _Dense) -> str:
     r = args.radius if args.fixed == "points" else round(args.radius * (M1 - 1) / 512)
     rows, ev_args, g_args, problem = _inputs(M1, r, args.stride)
@@ -166,6 +182,7 @@ def _row(args, M1: int, dense: _Dense, compiled: _Dense) -> str:
         return ev, kernels.gradient_parts(ev, phi, *g_args, ev_args[4])
 
     t_dense = dense.time(rows.K, run_dense, args.repeats) if phi is not None else None
+    t_nb = _median_time(_numba_banded_kernel(r, args.stride, problem), args.repeats)
     t_numba = None
     if compiled.allowed(rows.K):
         t_numba = compiled.time(rows.K, _numba_kernel(rows, problem), args.repeats)
@@ -183,7 +200,8 @@ def _row(args, M1: int, dense: _Dense, compiled: _Dense) -> str:
     return (
         f"{M1:>6} {r:>5} {rows.K:>5} {rows.w:>4} {rows.bandwidth(D):>4} "
         f"{rows.band_fraction(D):>6.3f} {ms(t_dense):>9} {ms(t_numba):>9} {ms(t_band):>9} "
-        f"{ratio(t_dense):>7} {ratio(t_numba):>7} {diff:>8}"
+        f"{1e3 * t_nb:>9.2f} {ratio(t_dense):>7} {ratio(t_numba):>7} "
+        f"{'-' if t_numba is None else f'{t_numba / t_nb:.0f}':>7} {diff:>8}"
     )
 
 
@@ -195,7 +213,8 @@ def scaling(args) -> None:
     )
     head = (
         f"{'M+1':>6} {'r pts':>5} {'K':>5} {'w':>4} {'b':>4} {'band':>6} {'dense ms':>9} "
-        f"{'numba ms':>9} {'banded ms':>9} {'d/b':>7} {'n/b':>7} {'rel diff':>8}"
+        f"{'numba ms':>9} {'banded ms':>9} {'nb band':>9} {'d/b':>7} {'n/b':>7} {'n/nb':>7} "
+        f"{'rel diff':>8}"
     )
     print(head)
     print("-" * len(head))

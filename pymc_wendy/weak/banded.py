@@ -55,10 +55,9 @@ How it is dispatched
     covariance factor densify (``pymc_wendy/weak/first_order.py``). The band factor
     whitens in the interleaved order (``BandedEvaluation.whiten``): another orthogonal
     rotation of the dense factor's whitened residual, so diagnostics that test whitened
-    residuals for normality see different (equally distributed) numbers. Into the numba Op:
-    :func:`selected_inverse` is already compiled; the band assembly and the window sums are
-    loops over test functions there, and ``dpbtrf`` / ``dtbtrs`` need wrappers next to the
-    dense kernels' ``potrf`` in ``pymc_wendy/backends/lapack.py``.
+    residuals for normality see different (equally distributed) numbers. The numba Op runs
+    the compiled counterpart, :mod:`pymc_wendy.backends.numba_banded` (same quantities,
+    LAPACK ``pbtrf``/``pbtrs`` and :func:`selected_inverse`).
 """
 
 from __future__ import annotations

@@ -127,6 +127,23 @@ def test_the_compiled_kernel_is_loaded_from_disk_in_a_second_process(tmp_path):
     assert len(list(tmp_path.glob("pymc_wendy_kernel_*.py"))) == 1
 
 
+def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path, monkeypatch):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(blocker / "kernels"))
+    monkeypatch.setattr(numba_kernels, "_KERNELS", {})
+    for name in [m for m in sys.modules if m.startswith("pymc_wendy_kernel_")]:
+        monkeypatch.delitem(sys.modules, name)
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U)
+    value, _, _ = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(
+        data.p_true, np.zeros(0), 0.0
+    )
+    assert value == pytest.approx(lik.nll(data.p_true), rel=1e-10)
+    assert not (blocker / "kernels").exists()
+
+
 def _verify_grad(lik, p, mode):
     rng = np.random.default_rng(5)
     # relative coordinates keep finite differences well scaled for parameters of any size

@@ -30,6 +30,7 @@ A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import inspect
@@ -708,6 +709,12 @@ def _library_digest() -> str:
 _LIBRARY_DIGEST: str | None = None
 
 
+@functools.cache
+def _fallback_dir() -> Path:
+    """One temporary directory per process for kernels when the cache cannot be written."""
+    return Path(tempfile.mkdtemp(prefix="pymc_wendy_kernels_"))
+
+
 def _load_kernel_module(source: str) -> ModuleType:
     """Write ``source`` to :func:`cache_dir` (once; the name is its digest) and import it.
 
@@ -720,7 +727,7 @@ def _load_kernel_module(source: str) -> ModuleType:
     for directory in (cache_dir(), None):
         try:
             if directory is None:
-                directory = Path(tempfile.mkdtemp(prefix="pymc_wendy_kernels_"))
+                directory = _fallback_dir()
             directory.mkdir(parents=True, exist_ok=True)
             path = directory / f"{name}.py"
             if not path.exists() or path.read_text() != source:

@@ -694,19 +694,14 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
     return "\n".join(lines) + "\n"
 
 
+@functools.cache
 def _library_digest() -> str:
     """A digest of the compiled code a kernel module calls: numba caches a module's functions
     by its own source only, so a change of the library must change the module's source."""
-    global _LIBRARY_DIGEST
-    if _LIBRARY_DIGEST is None:
-        h = hashlib.sha256(numba.__version__.encode())
-        for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates"):
-            h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
-        _LIBRARY_DIGEST = h.hexdigest()[:16]
-    return _LIBRARY_DIGEST
-
-
-_LIBRARY_DIGEST: str | None = None
+    h = hashlib.sha256(numba.__version__.encode())
+    for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates"):
+        h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
+    return h.hexdigest()[:16]
 
 
 @functools.cache

@@ -699,8 +699,9 @@ def _library_digest() -> str:
     """A digest of the compiled code a kernel module calls: numba caches a module's functions
     by its own source only, so a change of the library must change the module's source."""
     h = hashlib.sha256(numba.__version__.encode())
-    for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates"):
-        h.update((Path(__file__).parent / f"{mod}.py").read_bytes())
+    here = Path(__file__).parent
+    for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates", "../weak/banded"):
+        h.update((here / f"{mod}.py").read_bytes())
     return h.hexdigest()[:16]
 
 

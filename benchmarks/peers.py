@@ -45,7 +45,10 @@ without it the peer is reported as missing (``--quick`` exits with a message ins
 
 Run:  python benchmarks/peers.py [--quick] [--cases fhn,lv,lorenz] [--chains 2 --tune 500
           --draws 500] [--samplers ours,numpyro,rk4,pmode] [--budget 900] [--budget-pmode 480]
-          [--json PATH]
+          [--json PATH] [--test-functions default|local]
+
+``--test-functions local``: ours with local test functions (the banded kernel,
+``docs/performance.md``), a different weak approximation, compared like the default.
 
 ``--quick``: one chain per sampler, 100 tuning steps + 100 draws, ours and numpyro only, each
 sampler one process for all cases, the two side by side (one core each), one 150 s budget for
@@ -232,7 +235,10 @@ def worker_ours(args) -> None:
     with pm.Model(coords={"param": list(prob.params), "state": list(prob.states)}):
         p = pm.Normal("p", d["p_mu"], d["p_sd"], dims="param")
         sigma = pm.HalfNormal("sigma", 1, dims="state")
-        pw.WeakODELikelihood("U", ode=prob.model, params=p, sigma=sigma, t=d["t"], observed=d["U"])
+        pw.WeakODELikelihood(
+            "U", ode=prob.model, params=p, sigma=sigma, t=d["t"], observed=d["U"],
+            test_functions=None if args.test_functions == "default" else args.test_functions,
+        )  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata, rec = _sample_with_timed_nutpie(
@@ -542,6 +548,8 @@ def _launch(kind: str, cases: list[str], tmp: Path, log: Path, args, chain=0):
         str(chain),
         "--cores",
         str(args.cores),
+        "--test-functions",
+        args.test_functions,
     ]
     env = dict(os.environ)
     # one XLA thread per chain process, as nutpie's chains get one core each
@@ -820,6 +828,10 @@ def main(argv=None) -> int:
         help="samplers run side by side within a case (default 1; --quick 2: one chain each)",
     )
     ap.add_argument("--json", type=Path, default=None, help="write all results here")
+    ap.add_argument(
+        "--test-functions", choices=("default", "local"), default="default",
+        help="ours: the default (SVD) test functions or local ones (the banded kernel)",
+    )  # fmt: skip
     # worker mode (internal)
     ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--case", help=argparse.SUPPRESS)
@@ -893,7 +905,10 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     payload = {
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "settings": {k: getattr(args, k) for k in ("chains", "tune", "draws", "seed", "cores")},
+        "settings": {
+            k: getattr(args, k)
+            for k in ("chains", "tune", "draws", "seed", "cores", "test_functions")
+        },
         "versions": versions,
         "cases": [],
     }

@@ -162,6 +162,44 @@ def test_covariance_ladder_every_rung_matches_quadrature(relaxation):
             _check_moments(draws[:, j], ess[r, j], mean, var)
 
 
+def test_compiled_nuts_transition_leaves_a_correlated_gaussian_invariant():
+    """The compiled transition alone, on a numba target: N(m, C) with C far from the
+    identity and a whitening factor that is only roughly right, 3000 transitions."""
+    import numba
+
+    from pymc_wendy.bayes.tempering.nuts import transition
+
+    m = np.array([1.0, -2.0, 0.5])
+    A = np.array([[2.0, 0.0, 0.0], [1.5, 0.5, 0.0], [-0.3, 0.2, 0.1]])
+    C = A @ A.T
+    P = np.linalg.inv(C)
+
+    @numba.njit
+    def target(x, alpha, beta):
+        g = -P @ (x - m)
+        lp = 0.5 * np.dot(x - m, g)
+        return np.asarray(lp), g, np.asarray(lp), np.asarray(0.0)
+
+    rng = np.random.default_rng(3)
+    L = np.linalg.cholesky(C) * 1.3  # a metric 30 % off in scale
+    one = np.asarray(1.0)
+    x = m.copy()
+    lp, g, prior, lik = (v[()] if v.ndim == 0 else v for v in target(x, one, one))
+    draws, steps = [], []
+    for _ in range(3000):
+        x, lp, g, prior, lik, accept, n, depth, div, energy = transition(
+            target, L, one, one, x, lp, g, prior, lik, 0.6, 8, rng
+        )
+        assert not div and 0.0 <= accept <= 1.0 and 1 <= n <= 2**depth - 1
+        draws.append(x)
+        steps.append(n)
+    draws = np.array(draws)
+    ess = float(np.min([az.ess(draws[None, :, j]) for j in range(3)]))
+    for j in range(3):
+        _check_moments(draws[:, j], ess, m[j], C[j, j])
+    assert 1 <= np.mean(steps) < 16
+
+
 def test_same_seed_same_draws():
     model, _ = _gaussian_model()
     kw = dict(tune=50, chains=2, rungs=3, relaxation="power", model=model, progressbar=False)

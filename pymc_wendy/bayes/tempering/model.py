@@ -4,6 +4,7 @@ weak likelihood term replaced by its covariance-relaxed variant."""
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pymc as pm
 import pytensor
@@ -15,6 +16,7 @@ from pytensor.graph.traversal import applys_between
 
 from pymc_wendy.backends.op import WeakLogLikelihoodOp
 from pymc_wendy.bayes.tempering.ladder import Relaxation
+from pymc_wendy.bayes.tempering.nuts import transition
 
 
 class TemperedModel:
@@ -57,11 +59,16 @@ class TemperedModel:
         # One compiled function serves moves and swaps: a second, value-only one cost a numba
         # compile per model (about 0.7 s) for saving some 20 us on each of a few thousand swaps.
         self._fg = pytensor.function(
-            [x, alpha, beta], [total, grad, prior_x, lik_x], on_unused_input="ignore"
-        )
+            [x, alpha, beta], [total, grad, prior_x, lik_x], on_unused_input="ignore",
+            mode="NUMBA",
+        )  # fmt: skip
         self._fg.trust_input = True
         self._one = np.asarray(1.0)
         self.n = self.x0.data.size
+        #: the same function as a numba function ``(x, alpha, beta) -> (lp, grad, prior, lik)``
+        #: (0-d arrays for the scalars), what the compiled NUTS transition calls
+        self.compiled = _numba_function(self._fg)
+        self._warm_up()
 
     def _relax_scales(self, nodes, value_vars) -> tuple[list[float], float]:
         """``c = tr S / (K D)`` of each weak term at the start, and the smallest eigenvalue
@@ -88,6 +95,15 @@ class TemperedModel:
             eig.append(float(np.linalg.eigvalsh(S)[0]) / c)
         return scales, min(eig)
 
+    def _warm_up(self) -> None:
+        """Compile the NUTS transition for this target now: before the forked workers start,
+        which then inherit it (a few seconds, once per model)."""
+        lp, g, prior, lik = self.value_grad(self.x0.data, 1.0, 1.0)
+        transition(
+            self.compiled, np.eye(self.n), self._one, self._one, self.x0.data.copy(), lp, g,
+            prior, lik, 1e-6, 1, np.random.default_rng(0),
+        )  # fmt: skip
+
     def value_grad(self, x, alpha: float, beta: float):
         total, grad, prior, lik = self._fg(x, np.asarray(alpha), np.asarray(beta))
         return float(total), grad, float(prior), float(lik)
@@ -95,3 +111,18 @@ class TemperedModel:
     def parts(self, x, alpha: float) -> tuple[float, float]:
         _, _, prior, lik = self._fg(x, np.asarray(alpha), self._one)
         return float(prior), float(lik)
+
+
+def _numba_function(fn):
+    """The numba function behind a pytensor function compiled with the numba linker, with
+    the values of its shared variables (pytensor passes them after the inputs) bound."""
+    jit = fn.vm.jit_fn
+    shared = tuple(fn.input_storage[i].storage[0] for i in range(3, len(fn.input_storage)))
+    if not shared:
+        return jit
+
+    @numba.njit
+    def with_shared(x, alpha, beta):
+        return jit(x, alpha, beta, *shared)
+
+    return with_shared

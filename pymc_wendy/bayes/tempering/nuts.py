@@ -1,144 +1,150 @@
-"""One multinomial NUTS transition (generalised no-U-turn criterion) with identity metric: the
-caller moves in coordinates whitened by its mass matrix."""
+"""One multinomial NUTS transition (generalised no-U-turn criterion), compiled with numba.
+
+The tree building, the leapfrog steps and the whitening by the replica's metric run in
+nopython code that calls the tempered model's numba-compiled log density directly
+(:attr:`TemperedModel.compiled <pymc_wendy.bayes.tempering.model.TemperedModel.compiled>`):
+no Python between gradient evaluations. The sampler moves in whitened coordinates
+``y = L^-1 x`` with an identity metric. Random numbers come from the replica's own
+``numpy.random.Generator`` (numba draws from its bit generator), so a run is reproducible.
+"""
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 _MAX_ENERGY_ERROR = 1000.0
 
 
-@dataclass
-class _Leaf:
-    y: np.ndarray
-    p: np.ndarray
-    lp: float
-    g: np.ndarray
-    info: tuple = ()  # what the caller's function returned besides lp and g
+@numba.njit(cache=True)
+def _logaddexp(a: float, b: float) -> float:
+    m = max(a, b)
+    if m == -np.inf:
+        return -np.inf
+    return m + math.log(math.exp(a - m) + math.exp(b - m))
 
 
-@dataclass
-class _Subtree:
-    beg: _Leaf  # the point next to where the tree was extended from
-    end: _Leaf  # the far end
-    sample: _Leaf
-    logw: float
-    rho: np.ndarray
-    valid: bool
-    n_steps: int = 0
-    sum_accept: float = 0.0
-    diverging: bool = False
-
-
+@numba.njit(cache=True)
 def _criterion(p_minus, p_plus, rho) -> bool:
-    return bool(p_plus @ rho > 0 and p_minus @ rho > 0)
+    return np.dot(p_plus, rho) > 0.0 and np.dot(p_minus, rho) > 0.0
 
 
-class NUTS:
-    """One multinomial NUTS transition with identity metric (the caller whitens)."""
+@numba.njit
+def _leapfrog(fg, L, a, b, y, p, g, h):
+    """One step; returns ``(y, p, lp, g, x, gx, prior, lik)`` (``g`` the gradient in ``y``)."""
+    p_half = p + 0.5 * h * g
+    y_new = y + h * p_half
+    x = L @ y_new
+    total, gx, prior, lik = fg(x, a, b)
+    lp = total[()]
+    zero = np.zeros_like(y)
+    if not (np.isfinite(lp) and np.all(np.isfinite(gx))):
+        return y_new, p_half, -np.inf, zero, x, zero, np.nan, np.nan
+    gy = L.T @ gx
+    return y_new, p_half + 0.5 * h * gy, lp, gy, x, gx, prior[()], lik[()]
 
-    def __init__(self, fun, eps: float, rng: np.random.Generator, max_depth: int):
-        self.fun = fun  # y -> (lp, grad, info)
-        self.eps = eps
-        self.rng = rng
-        self.max_depth = max_depth
 
-    def _leapfrog(self, z: _Leaf, direction: int) -> _Leaf:
-        h = direction * self.eps
-        p = z.p + 0.5 * h * z.g
-        y = z.y + h * p
-        lp, g, info = self.fun(y)
-        if not np.isfinite(lp):
-            return _Leaf(y, p, -np.inf, np.zeros_like(y))
-        return _Leaf(y, p + 0.5 * h * g, lp, g, info)
-
-    def _build(self, z: _Leaf, depth: int, direction: int, E0: float) -> _Subtree:
-        if depth == 0:
-            leaf = self._leapfrog(z, direction)
-            E = -leaf.lp + 0.5 * leaf.p @ leaf.p if np.isfinite(leaf.lp) else np.inf
-            dE = E0 - E  # log weight relative to the start
-            diverging = not (-dE < _MAX_ENERGY_ERROR)
-            return _Subtree(
-                beg=leaf,
-                end=leaf,
-                sample=leaf,
-                logw=dE if np.isfinite(dE) else -np.inf,
-                rho=leaf.p.copy(),
-                valid=not diverging,
-                n_steps=1,
-                sum_accept=math.exp(min(dE, 0.0)) if np.isfinite(dE) else 0.0,
-                diverging=diverging,
-            )
-        init = self._build(z, depth - 1, direction, E0)
-        if not init.valid:
-            return init
-        final = self._build(init.end, depth - 1, direction, E0)
-        out = _Subtree(
-            beg=init.beg,
-            end=final.end,
-            sample=init.sample,
-            logw=np.logaddexp(init.logw, final.logw),
-            rho=init.rho + final.rho,
-            valid=final.valid,
-            n_steps=init.n_steps + final.n_steps,
-            sum_accept=init.sum_accept + final.sum_accept,
-            diverging=final.diverging,
+@numba.njit
+def _build(fg, L, a, b, y, p, g, depth, direction, eps, E0, rng):
+    """A subtree of ``2**depth`` steps from ``(y, p, g)``. Returns ``(beg_p, end_y, end_p,
+    end_lp, end_g, sample, logw, rho, valid, n_steps, sum_accept, diverging)`` with ``sample =
+    (x, p, lp, gx, prior, lik)`` drawn in proportion to the weights within the subtree."""
+    if depth == 0:
+        y1, p1, lp, g1, x, gx, prior, lik = _leapfrog(fg, L, a, b, y, p, g, direction * eps)
+        energy = -lp + 0.5 * np.dot(p1, p1) if np.isfinite(lp) else np.inf
+        dE = E0 - energy  # log weight relative to the start
+        diverging = not (-dE < _MAX_ENERGY_ERROR)
+        finite = np.isfinite(dE)
+        return (
+            p1, y1, p1, lp, g1, (x, p1, lp, gx, prior, lik),
+            dE if finite else -np.inf, p1.copy(), not diverging, 1,
+            math.exp(min(dE, 0.0)) if finite else 0.0, diverging,
+        )  # fmt: skip
+    init = _build(fg, L, a, b, y, p, g, depth - 1, direction, eps, E0, rng)
+    i_beg, i_ey, i_ep, i_elp, i_eg, i_s, i_logw, i_rho, i_valid, i_n, i_acc, i_div = init
+    if not i_valid:
+        return init
+    final = _build(fg, L, a, b, i_ey, i_ep, i_eg, depth - 1, direction, eps, E0, rng)
+    f_beg, f_ey, f_ep, f_elp, f_eg, f_s, f_logw, f_rho, f_valid, f_n, f_acc, f_div = final
+    logw = _logaddexp(i_logw, f_logw)
+    rho = i_rho + f_rho
+    sample = i_s
+    valid = f_valid
+    if f_valid:
+        if np.log(rng.random()) < f_logw - logw:
+            sample = f_s
+        valid = (
+            _criterion(i_beg, f_ep, rho)
+            and _criterion(i_beg, f_beg, i_rho + f_beg)
+            and _criterion(i_ep, f_ep, f_rho + i_ep)
         )
-        if not final.valid:
-            return out
-        if math.log(self.rng.random()) < final.logw - out.logw:
-            out.sample = final.sample
-        out.valid = (
-            _criterion(init.beg.p, final.end.p, out.rho)
-            and _criterion(init.beg.p, final.beg.p, init.rho + final.beg.p)
-            and _criterion(init.end.p, final.end.p, final.rho + init.end.p)
-        )
-        return out
+    return (
+        i_beg,
+        f_ey,
+        f_ep,
+        f_elp,
+        f_eg,
+        sample,
+        logw,
+        rho,
+        valid,
+        i_n + f_n,
+        i_acc + f_acc,
+        f_div,
+    )
 
-    def transition(self, y, lp, g) -> tuple[_Leaf, dict]:
-        p0 = self.rng.standard_normal(y.size)
-        z0 = _Leaf(y, p0, lp, g)
-        E0 = -lp + 0.5 * p0 @ p0
-        minus = plus = z0
-        sample = z0
-        logw = 0.0
-        rho = p0.copy()
-        n_steps, sum_accept, diverging, depth = 0, 0.0, False, 0
-        while depth < self.max_depth:
-            forward = self.rng.random() < 0.5
-            sub = self._build(plus if forward else minus, depth, 1 if forward else -1, E0)
-            n_steps += sub.n_steps
-            sum_accept += sub.sum_accept
-            depth += 1
-            if not sub.valid:
-                diverging = sub.diverging
-                break
-            if math.log(self.rng.random()) < sub.logw - logw:
-                sample = sub.sample
-            logw = np.logaddexp(logw, sub.logw)
-            if forward:
-                bck_rho, fwd_rho = rho, sub.rho
-                bck_beg, bck_end, fwd_beg, fwd_end = minus.p, plus.p, sub.beg.p, sub.end.p
-                plus = sub.end
-            else:
-                bck_rho, fwd_rho = sub.rho, rho
-                bck_beg, bck_end, fwd_beg, fwd_end = sub.end.p, sub.beg.p, minus.p, plus.p
-                minus = sub.end
-            rho = bck_rho + fwd_rho
-            if not (
-                _criterion(bck_beg, fwd_end, rho)
-                and _criterion(bck_beg, fwd_beg, bck_rho + fwd_beg)
-                and _criterion(bck_end, fwd_end, fwd_rho + bck_end)
-            ):
-                break
-        stats = {
-            "accept": sum_accept / max(n_steps, 1),
-            "n_steps": n_steps,
-            "depth": depth,
-            "diverging": diverging,
-            "energy": -sample.lp + 0.5 * sample.p @ sample.p,
-        }
-        return sample, stats
+
+@numba.njit
+def transition(fg, L, a, b, x0, lp0, gx0, prior0, lik0, eps, max_depth, rng):
+    """One NUTS transition from ``x0`` on the target ``fg(x, a, b) -> (lp, grad, prior, lik)``
+    in coordinates whitened by ``L`` (``x = L y``).
+
+    Returns ``(x, lp, gx, prior, lik, accept, n_steps, depth, diverging, energy)``: the new
+    state (``x0``'s own values when the sample is the start) and the transition's statistics.
+    """
+    y0 = np.linalg.solve(L, x0)
+    g0 = L.T @ gx0
+    p0 = rng.standard_normal(y0.size)
+    E0 = -lp0 + 0.5 * np.dot(p0, p0)
+    m_y, m_p, m_g = y0, p0, g0
+    pl_y, pl_p, pl_g = y0, p0, g0
+    sample = (x0, p0, lp0, gx0, prior0, lik0)
+    logw = 0.0
+    rho = p0.copy()
+    n_steps, sum_accept, diverging, depth = 0, 0.0, False, 0
+    while depth < max_depth:
+        forward = rng.random() < 0.5
+        if forward:
+            sub = _build(fg, L, a, b, pl_y, pl_p, pl_g, depth, 1.0, eps, E0, rng)
+        else:
+            sub = _build(fg, L, a, b, m_y, m_p, m_g, depth, -1.0, eps, E0, rng)
+        s_beg, s_ey, s_ep, s_elp, s_eg, s_sample, s_logw, s_rho, s_valid, s_n, s_acc, s_div = sub
+        n_steps += s_n
+        sum_accept += s_acc
+        depth += 1
+        if not s_valid:
+            diverging = s_div
+            break
+        if np.log(rng.random()) < s_logw - logw:
+            sample = s_sample
+        logw = _logaddexp(logw, s_logw)
+        if forward:
+            bck_rho, fwd_rho = rho, s_rho
+            bck_beg, bck_end, fwd_beg, fwd_end = m_p, pl_p, s_beg, s_ep
+            pl_y, pl_p, pl_g = s_ey, s_ep, s_eg
+        else:
+            bck_rho, fwd_rho = s_rho, rho
+            bck_beg, bck_end, fwd_beg, fwd_end = s_ep, s_beg, m_p, pl_p
+            m_y, m_p, m_g = s_ey, s_ep, s_eg
+        rho = bck_rho + fwd_rho
+        if not (
+            _criterion(bck_beg, fwd_end, rho)
+            and _criterion(bck_beg, fwd_beg, bck_rho + fwd_beg)
+            and _criterion(bck_end, fwd_end, fwd_rho + bck_end)
+        ):
+            break
+    x, p, lp, gx, prior, lik = sample
+    energy = -lp + 0.5 * np.dot(p, p)
+    return x, lp, gx, prior, lik, sum_accept / max(n_steps, 1), n_steps, depth, diverging, energy

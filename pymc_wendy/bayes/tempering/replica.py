@@ -16,7 +16,7 @@ from pymc_wendy.bayes.tempering.adaptation import (
     covariance_factor,
     initial_factor,
 )
-from pymc_wendy.bayes.tempering.nuts import NUTS
+from pymc_wendy.bayes.tempering.nuts import transition
 
 if TYPE_CHECKING:
     from pymc_wendy.bayes.tempering.ladder import Ladder
@@ -95,25 +95,23 @@ def new_replicas(
 
 
 def nuts_move(target, rep: Replica, alpha, beta, rng, max_depth) -> dict:
-    """One NUTS transition of a replica on its rung, in coordinates whitened by its metric."""
+    """One NUTS transition of a replica on its rung, in coordinates whitened by its metric
+    (compiled: :func:`~pymc_wendy.bayes.tempering.nuts.transition`)."""
     st = rep.state
     if st.stale:
         st.lp, st.grad, st.prior, st.lik = target.value_grad(st.x, alpha, beta)
         st.stale = False
-    L = rep.factor
-
-    def fun(y):
-        x = L @ y
-        lp, g, prior, lik = target.value_grad(x, alpha, beta)
-        return lp, L.T @ g, (x, g, prior, lik)
-
-    y0 = np.linalg.solve(L, st.x)
-    nuts = NUTS(fun, rep.eps, rng, max_depth)
-    leaf, stats = nuts.transition(y0, st.lp, L.T @ st.grad)
-    if leaf.info:
-        x, g, prior, lik = leaf.info
-        rep.state = _State(x, leaf.lp, g, prior, lik, stale=False)
-    return stats
+    x, lp, g, prior, lik, accept, n_steps, depth, diverging, energy = transition(
+        target.compiled, np.ascontiguousarray(rep.factor, dtype=float),
+        np.asarray(float(alpha)), np.asarray(float(beta)), st.x, float(st.lp), st.grad,
+        float(st.prior), float(st.lik), float(rep.eps), int(max_depth),
+        rng,
+    )  # fmt: skip
+    rep.state = _State(x, lp, g, prior, lik, stale=False)
+    return {
+        "accept": accept, "n_steps": n_steps, "depth": depth, "diverging": diverging,
+        "energy": energy,
+    }  # fmt: skip
 
 
 def _jump(rep: Replica, new: np.ndarray) -> bool:

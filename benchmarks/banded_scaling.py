@@ -13,7 +13,7 @@ Two tables.
    (``kernels.evaluate`` + ``kernels.gradient_parts`` against ``banded.evaluate`` +
    ``banded.gradient_parts``), their ratio, and the largest relative difference of the value
    and gradient where both run. Column ``numba`` is the compiled dense kernel the Op runs
-   (``numba_kernels.make_kernel``, general path, noise fixed) on a ``WeakLikelihood`` with
+   (``kernel_cache.make_kernel``, general path, noise fixed) on a ``WeakLikelihood`` with
    the same test functions, for scale; column ``nb band`` is the compiled banded kernel
    the Op runs with local test functions (``pymc_wendy/backends/numba_banded.py``; bumps of
    the same radius and stride from ``build_local_test_functions``), and ``n/nb`` the ratio
@@ -36,7 +36,7 @@ import warnings
 
 import numpy as np
 
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.problems import get_problem, list_problems
 from pymc_wendy.weak import banded, kernels
 from pymc_wendy.weak.likelihood import WeakLikelihood
@@ -146,7 +146,7 @@ def _numba_kernel(rows: banded.LocalRows, problem):
             prob.model, data.t, data.U, sigma=data.sigma, test_functions=(phi, dphi),
             linear="general",
         )  # fmt: skip
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)
     s2 = lik.sigma**2
     return lambda: kernel(p, s2, 0.0)
 
@@ -159,7 +159,7 @@ def _numba_banded_kernel(r: int, stride: int, problem):
         test_functions={"local": True, "radius": r * dt, "stride": stride},
     )  # fmt: skip
     assert lik.banded
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)
     s2 = lik.sigma**2
     return lambda: kernel(p, s2, 0.0)
 

@@ -36,12 +36,12 @@ import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 import pymc_wendy as pw  # noqa: E402
-from pymc_wendy.backends import numba_kernels  # noqa: E402
+from pymc_wendy.backends import kernel_cache  # noqa: E402
 from pymc_wendy.studies.coverage import default_priors  # noqa: E402
 
 
 def _forget_kernels() -> None:
-    numba_kernels._KERNELS.clear()
+    kernel_cache._KERNELS.clear()
     for name in [m for m in sys.modules if m.startswith("pymc_wendy_kernel_")]:
         del sys.modules[name]
     os.environ["PYMC_WENDY_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile_reuse_")

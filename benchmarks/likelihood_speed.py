@@ -19,7 +19,7 @@ import time
 import numpy as np
 import scipy.linalg as sla
 
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.problems import get_problem
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -103,8 +103,8 @@ def main(argv=None) -> None:
             if path == "fast":
                 print(f"{'':<16} (fast path one-off set-up {1e3 * t_setup:.0f} ms)")
             for infer in (False, True):
-                kv = numba_kernels.make_kernel(lik, infer_sigma=infer, want_grad=False)
-                kvg = numba_kernels.make_kernel(lik, infer_sigma=infer, want_grad=True)
+                kv = kernel_cache.make_kernel(lik, infer_sigma=infer, want_grad=False)
+                kvg = kernel_cache.make_kernel(lik, infer_sigma=infer, want_grad=True)
                 s2 = lik.sigma**2
                 t_v = _best(lambda k=kv, p=p, s2=s2: k(p, s2, 0.0), args.repeats)
                 t_vg = _best(lambda k=kvg, p=p, s2=s2: k(p, s2, 0.0), args.repeats)

@@ -10,7 +10,7 @@ import pytest
 from conftest import central_differences, relative_error
 
 import pymc_wendy as pw
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.backends.op import weak_loglik
 from pymc_wendy.problems import get_problem
 from pymc_wendy.studies.coverage.methods import parse_methods as _parse_methods
@@ -88,12 +88,12 @@ def test_compiled_and_op_match_the_numpy_corrected_objective(corrected, linear):
             lik.model, lik.t, lik.U, test_functions=lik.test_functions, linear="general"
         )
         clik = bias.corrected_likelihood(lik, "analytic", clik.correction.reference)
-    kernel = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=True)
+    kernel = kernel_cache.make_kernel(clik, infer_sigma=False, want_grad=True)
     nll, gp, _ = kernel(p, clik.sigma**2, 0.0)
     ref, ref_gp = clik.nll_grad(p)
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
-    value_only = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=False)
+    value_only = kernel_cache.make_kernel(clik, infer_sigma=False, want_grad=False)
     assert value_only(p, clik.sigma**2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
     # the Op under the numba linker and its gradient
     x = pytensor.tensor.dvector("x")

@@ -9,7 +9,7 @@ from conftest import central_differences
 from scipy import integrate
 
 import pymc_wendy as pw
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEDefinitionError
 from pymc_wendy.weak import kernels, operator_kernels
@@ -233,7 +233,7 @@ def test_nonlinear_model_gradients_and_compiled_kernel():
     hs = 1e-10
     fd_s = (lik.nll(p, np.sqrt(s2 + hs)) - lik.nll(p, np.sqrt(s2 - hs))) / (2 * hs)
     assert gs[0] == pytest.approx(fd_s, rel=1e-5)
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=True)
     k_value, k_gp, k_gs = kernel(p, s2, 0.0)
     assert k_value == pytest.approx(value, rel=1e-12)
     np.testing.assert_allclose(k_gp, gp, rtol=1e-9)

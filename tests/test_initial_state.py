@@ -7,7 +7,7 @@ import pytest
 from scipy import integrate
 
 import pymc_wendy as pw
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.backends.graph import plain_weak_nll
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.weak import kernels
@@ -159,7 +159,7 @@ def test_weighted_numba_kernel_matches_numpy(name):
     lik, p_true = LIKS[name]
     p = p_true * 0.97
     s2 = lik.sigma**2 * 0.8
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=True)
     nll, gp, gs = kernel(p, s2, 0.0)
     v, g, g2 = lik.nll_grad_sigma2(p, np.sqrt(s2))
     assert nll == pytest.approx(v, rel=1e-10)
@@ -178,7 +178,7 @@ def test_weighted_linear_path_matches_general():
     p = p_true * 1.02
     assert fast.nll_grad(p)[0] == pytest.approx(lik.nll_grad(p)[0], rel=1e-10)
     np.testing.assert_allclose(fast.nll_grad(p)[1], lik.nll_grad(p)[1], rtol=1e-8)
-    kernel = numba_kernels.make_kernel(fast, infer_sigma=False, want_grad=True)
+    kernel = kernel_cache.make_kernel(fast, infer_sigma=False, want_grad=True)
     nll, gp, _ = kernel(p, np.zeros(0), 0.0)
     assert nll == pytest.approx(lik.nll(p), rel=1e-10)
 
@@ -281,7 +281,7 @@ def test_known_initial_state_with_an_input():
     p = p_true * 1.05
     _, g = lik.nll_grad(p)
     np.testing.assert_allclose(g, _fd_grad(lik.nll, p), rtol=1e-5)
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=True)
     nll, gp, gs = kernel(p, lik.sigma**2, 0.0)
     v, g2, gs2 = lik.nll_grad_sigma2(p)
     assert nll == pytest.approx(v, rel=1e-10)
@@ -378,7 +378,7 @@ def test_free_initial_numba_and_plain_graph_match_numpy(t0):
     lik = _free(t0)
     p, x0, s2 = PK_TRUE * [1.1, 0.9, 1.05], np.array([0.3]), np.array([0.08])
     nll, gp, gx, gs = lik.initial_nll_grad(p, x0, s2)
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True, free_initial=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=True, free_initial=True)
     k_nll, k_g, k_gs = kernel(np.r_[p, x0], s2, 0.0)
     np.testing.assert_allclose(k_nll, nll, rtol=1e-10)
     np.testing.assert_allclose(k_g, np.r_[gp, gx], rtol=1e-8, atol=1e-10)

@@ -1,11 +1,10 @@
 """Local test functions (``test_functions="local"``) and the banded path of WeakLikelihood."""
 
-
 import numpy as np
 import pytest
 
 import pymc_wendy as pw
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache, numba_kernels
 from pymc_wendy.problems import get_problem
 from pymc_wendy.weak import banded, bias
 from pymc_wendy.weak.likelihood import WeakLikelihood
@@ -190,24 +189,24 @@ def test_compiled_banded_kernel_matches_the_dense_reference(name, noise):
     p = np.asarray(prob.p_true) * 1.03
     s2 = lik.sigma**2 * np.linspace(0.8, 1.2, lik.model.n_states)
 
-    nll, gp, _ = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(
+    nll, gp, _ = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(
         p, np.zeros(0), 0.0
     )
     ref, ref_gp = dense.nll_grad(p)
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-8, atol=1e-10 * np.abs(ref_gp).max())
 
-    with_sigma = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=True)
+    with_sigma = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=True)
     nll, gp, gs = with_sigma(p, s2, 0.0)
     ref, ref_gp, ref_gs = dense.nll_grad_sigma2(p, np.sqrt(s2))
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-8, atol=1e-10 * np.abs(ref_gp).max())
     np.testing.assert_allclose(gs, ref_gs, rtol=1e-8, atol=1e-10 * np.abs(ref_gs).max())
-    value_only = numba_kernels.make_kernel(lik, infer_sigma=True, want_grad=False)
+    value_only = kernel_cache.make_kernel(lik, infer_sigma=True, want_grad=False)
     assert value_only(p, s2, 0.0)[0] == pytest.approx(ref, rel=1e-10)
 
     relaxed = with_sigma(p, s2, 0.3)
-    dense_relaxed = numba_kernels.make_kernel(dense, infer_sigma=True, want_grad=True)(p, s2, 0.3)
+    dense_relaxed = kernel_cache.make_kernel(dense, infer_sigma=True, want_grad=True)(p, s2, 0.3)
     for ours, theirs in zip(relaxed, dense_relaxed, strict=True):
         np.testing.assert_allclose(ours, theirs, rtol=1e-8, atol=1e-10 * np.max(np.abs(theirs)))
     # an impossible point is rejected, not raised
@@ -221,7 +220,7 @@ def test_compiled_banded_kernel_of_the_bias_corrected_objective():
     lik = WeakLikelihood(prob.model, data.t, data.U, test_functions="local", linear="general")
     clik = bias.corrected_likelihood(lik, "analytic", np.asarray(prob.p_true))
     p = np.asarray(prob.p_true) * 1.02
-    nll, gp, _ = numba_kernels.make_kernel(clik, infer_sigma=False, want_grad=True)(
+    nll, gp, _ = kernel_cache.make_kernel(clik, infer_sigma=False, want_grad=True)(
         p, np.zeros(0), 0.0
     )
     ref, ref_gp = clik.nll_grad(p)

@@ -10,7 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache, numba_kernels
 from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik
 from pymc_wendy.problems import get_problem
 from pymc_wendy.weak.likelihood import WeakLikelihood
@@ -52,7 +52,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     lik = WeakLikelihood(prob.model, data.t, data.U, noise=noise, linear=linear)
     p = data.p_true * 1.02
     s2 = (1.3 * lik.sigma) ** 2
-    kernel = numba_kernels.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
     nll, gp, gs = kernel(p, s2, 0.0)
     if infer_sigma:
         ref, ref_gp, ref_gs = lik.nll_grad_sigma2(p, np.sqrt(s2))
@@ -62,7 +62,7 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
     assert nll == pytest.approx(ref, rel=1e-10)
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
     if infer_sigma:
-        value_only = numba_kernels.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
+        value_only = kernel_cache.make_kernel(lik, infer_sigma=infer_sigma, want_grad=False)
         assert value_only(p, s2, 0.0)[0] == pytest.approx(nll, rel=1e-12)
 
 
@@ -81,7 +81,7 @@ def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linea
         data = prob.simulate(n_points=n, noise_ratio=0.05, seed=seed)
         lik = WeakLikelihood(prob.model, data.t, data.U, linear=linear, inputs=data.inputs)
         kind, _ = numba_kernels.kernel_inputs(lik, infer_sigma=False)
-        kernels.append(numba_kernels.kernel_for(lik, kind, infer_sigma=False, want_grad=True))
+        kernels.append(kernel_cache.kernel_for(lik, kind, infer_sigma=False, want_grad=True))
         out = weak_loglik(lik, x)
         fn = pytensor.function([x], [out, pytensor.grad(out, x)], mode="NUMBA")
         p = data.p_true * 1.02
@@ -96,15 +96,15 @@ def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linea
 
 _SECOND_PROCESS = """
 import numpy as np
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache
 from pymc_wendy.problems import get_problem
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
 prob = get_problem("logistic")
 data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
 lik = WeakLikelihood(prob.model, data.t, data.U, linear="general")
-kernel = numba_kernels.kernel_for(lik, "general", infer_sigma=False, want_grad=True)
-value, grad, _ = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(
+kernel = kernel_cache.kernel_for(lik, "general", infer_sigma=False, want_grad=True)
+value, grad, _ = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(
     data.p_true * 1.1, np.zeros(0), 0.0
 )
 print(kernel.cache_hits, repr(value), repr(float(grad[0])))
@@ -131,13 +131,13 @@ def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")
     monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(blocker / "kernels"))
-    monkeypatch.setattr(numba_kernels, "_KERNELS", {})
+    monkeypatch.setattr(kernel_cache, "_KERNELS", {})
     for name in [m for m in sys.modules if m.startswith("pymc_wendy_kernel_")]:
         monkeypatch.delitem(sys.modules, name)
     prob = get_problem("logistic")
     data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
     lik = WeakLikelihood(prob.model, data.t, data.U)
-    value, _, _ = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(
+    value, _, _ = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(
         data.p_true, np.zeros(0), 0.0
     )
     assert value == pytest.approx(lik.nll(data.p_true), rel=1e-10)

@@ -66,9 +66,9 @@ def test_a_registered_form_is_used_by_the_likelihood_and_the_op(lv, monkeypatch)
     np.testing.assert_array_equal(lik.residual(prob.p_true), one.residual(prob.p_true))
     assert calls == ["residual"]
     assert lik.nll(prob.p_true) == pytest.approx(one.nll(prob.p_true), rel=1e-10)
-    from pymc_wendy.backends import numba_kernels
+    from pymc_wendy.backends import kernel_cache
 
-    value = numba_kernels.make_kernel(lik, infer_sigma=False, want_grad=True)(prob.p_true, None, 0)
+    value = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(prob.p_true, None, 0)
     assert value[0] == pytest.approx(one.nll(prob.p_true), rel=1e-10)
     with pytest.raises(TypeError, match="WeakForm subclass"):
         form.register_form(object)

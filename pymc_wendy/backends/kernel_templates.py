@@ -1,6 +1,6 @@
 """Source templates of the compiled kernels' entry points, one per kernel kind.
 
-:func:`pymc_wendy.backends.numba_kernels.kernel_for` writes one Python module per model
+:func:`pymc_wendy.backends.kernel_cache.kernel_for` writes one Python module per model
 structure into the kernel cache directory: the model's generated functions, the structure's
 flags, the source of one ``*_kernel`` function below and of :func:`c_kernel`, each compiled
 with numba's on-disk cache. A second process (a later ``pymc-wendy demo``, a worker of a
@@ -29,12 +29,12 @@ kernel = None  # the ``*_kernel`` function of the module's kind
 
 def linear_kernel(p, sigma2, alpha, buf):
     """Linear-in-parameter models: ``S`` a precomputed quadratic polynomial in ``p``."""
-    o = nk._offsets(buf)
-    blocks = nk._unpack3(buf, o, 0)
-    be, bq = nk._unpack_index(buf, o, 1), nk._unpack_index(buf, o, 2)
-    bd, bd2 = nk._unpack_index(buf, o, 3), nk._unpack_index(buf, o, 4)
-    r0, G = nk._unpack1(buf, o, 5), nk._unpack2(buf, o, 6)
-    tilt, ref, scalars = nk._unpack1(buf, o, 7), nk._unpack1(buf, o, 8), nk._unpack1(buf, o, 9)
+    o = nk.offsets(buf)
+    blocks = nk.unpack3(buf, o, 0)
+    be, bq = nk.unpack_index(buf, o, 1), nk.unpack_index(buf, o, 2)
+    bd, bd2 = nk.unpack_index(buf, o, 3), nk.unpack_index(buf, o, 4)
+    r0, G = nk.unpack1(buf, o, 5), nk.unpack2(buf, o, 6)
+    tilt, ref, scalars = nk.unpack1(buf, o, 7), nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9)
     ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
     p = np.ascontiguousarray(p)
     keep = 1.0 - alpha
@@ -43,17 +43,17 @@ def linear_kernel(p, sigma2, alpha, buf):
     diag = keep * ridge_diag + alpha * c
     nll, gp, gw = nk.linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, WANT_GRAD, LOGDET)
     if not LOGDET:
-        nll = nk._tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     return nll, gp, gw * (keep * scale)
 
 
 def general_kernel(p, sigma2, alpha, buf):
     """The general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
-    o = nk._offsets(buf)
-    t, X = nk._unpack1(buf, o, 0), nk._unpack2(buf, o, 1)
-    phi, dphi, b = nk._unpack2(buf, o, 2), nk._unpack2(buf, o, 3), nk._unpack2(buf, o, 4)
-    W, fixed_s2 = nk._unpack2(buf, o, 5), nk._unpack1(buf, o, 6)
-    tilt, ref, scalars = nk._unpack1(buf, o, 7), nk._unpack1(buf, o, 8), nk._unpack1(buf, o, 9)
+    o = nk.offsets(buf)
+    t, X = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1)
+    phi, dphi, b = nk.unpack2(buf, o, 2), nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
+    W, fixed_s2 = nk.unpack2(buf, o, 5), nk.unpack1(buf, o, 6)
+    tilt, ref, scalars = nk.unpack1(buf, o, 7), nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9)
     ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
     free = scalars[4] > 0.5  # p ends with the initial row (an initial state with a prior)
     J = int(scalars[5]) if free else p.size
@@ -61,7 +61,7 @@ def general_kernel(p, sigma2, alpha, buf):
     p = np.ascontiguousarray(p[:J])
     M1, D = t.size, X.shape[1]
     if free:
-        X, b = nk._with_initial_row(X, b, dphi, x0)
+        X, b = nk.with_initial_row(X, b, dphi, x0)
     F = f(t, X, p, np.zeros((M1, D)))
     Ju = f_u(t, X, p, np.zeros((M1, D, D)))
     if WANT_GRAD:
@@ -76,20 +76,20 @@ def general_kernel(p, sigma2, alpha, buf):
     diag = keep * ridge_diag + alpha * c
     nll, gp, gs, a = nk.general(phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET)
     if not LOGDET:
-        nll = nk._tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     if free:
-        gp = np.concatenate((gp, nk._initial_row_gradient(phi, dphi, Ju, a, WANT_GRAD)))
+        gp = np.concatenate((gp, nk.initial_row_gradient(phi, dphi, Ju, a, WANT_GRAD)))
     return nll, gp, gs
 
 
 def banded_kernel(p, sigma2, alpha, buf):
     """The general path with local test functions (:mod:`~pymc_wendy.backends.numba_banded`)."""
-    o = nk._offsets(buf)
-    t, X, start = nk._unpack1(buf, o, 0), nk._unpack2(buf, o, 1), nk._unpack_index(buf, o, 2)
-    phi, dphi = nk._unpack2(buf, o, 3), nk._unpack2(buf, o, 4)
-    Gp, Gd = nk._unpack3(buf, o, 5), nk._unpack3(buf, o, 6)
-    bb, W, fixed_s2 = nk._unpack2(buf, o, 7), nk._unpack2(buf, o, 8), nk._unpack1(buf, o, 9)
-    tilt, ref, scalars = nk._unpack1(buf, o, 10), nk._unpack1(buf, o, 11), nk._unpack1(buf, o, 12)
+    o = nk.offsets(buf)
+    t, X, start = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack_index(buf, o, 2)
+    phi, dphi = nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
+    Gp, Gd = nk.unpack3(buf, o, 5), nk.unpack3(buf, o, 6)
+    bb, W, fixed_s2 = nk.unpack2(buf, o, 7), nk.unpack2(buf, o, 8), nk.unpack1(buf, o, 9)
+    tilt, ref, scalars = nk.unpack1(buf, o, 10), nk.unpack1(buf, o, 11), nk.unpack1(buf, o, 12)
     ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
     p = np.ascontiguousarray(p)
     M1, D, J = t.size, X.shape[1], p.size
@@ -109,17 +109,17 @@ def banded_kernel(p, sigma2, alpha, buf):
         start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET
     )
     if not LOGDET:
-        nll = nk._tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     return nll, gp, gs
 
 
 def operator_kernel(p, sigma2, alpha, buf):
     """Models with derivative terms or inputs (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
-    o = nk._offsets(buf)
-    t, X, phi = nk._unpack1(buf, o, 0), nk._unpack2(buf, o, 1), nk._unpack2(buf, o, 2)
-    ops, OX, Psi = nk._unpack3(buf, o, 3), nk._unpack3(buf, o, 4), nk._unpack2(buf, o, 5)
-    W, fixed_s2 = nk._unpack2(buf, o, 6), nk._unpack1(buf, o, 7)
-    tilt, ref, scalars = nk._unpack1(buf, o, 8), nk._unpack1(buf, o, 9), nk._unpack1(buf, o, 10)
+    o = nk.offsets(buf)
+    t, X, phi = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack2(buf, o, 2)
+    ops, OX, Psi = nk.unpack3(buf, o, 3), nk.unpack3(buf, o, 4), nk.unpack2(buf, o, 5)
+    W, fixed_s2 = nk.unpack2(buf, o, 6), nk.unpack1(buf, o, 7)
+    tilt, ref, scalars = nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9), nk.unpack1(buf, o, 10)
     ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
     p = np.ascontiguousarray(p)
     M1, D, J = t.size, X.shape[1], p.size
@@ -147,7 +147,7 @@ def operator_kernel(p, sigma2, alpha, buf):
         LOGDET,
     )  # fmt: skip
     if not LOGDET:
-        nll = nk._tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     return nll, gp, gs
 
 

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from pymc_wendy.backends import lapack
-from pymc_wendy.weak.banded import _selected_inverse
+from pymc_wendy.weak.banded import selected_inverse
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -136,6 +136,8 @@ def _quadratic_forms(start, phi, dphi, Gp, Gd, Z, M1, D, want_dd):
 @numba.njit(cache=True)
 def banded(start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad,
            logdet=True):  # fmt: skip
+    # long: value and gradient share the residual, the factor and the window loops; split,
+    # each part would pass a dozen arrays
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (banded path).
 
     Same contract as :func:`pymc_wendy.backends.numba_kernels.general` (``S = scale * L
@@ -202,7 +204,7 @@ def banded(start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2raw, W, scale, diag, 
                 La[m, e] += Pa[m, d] * Ju[m, d, e]
 
     if logdet:
-        Z = _selected_inverse(np.ascontiguousarray(CB))
+        Z = selected_inverse(np.ascontiguousarray(CB))
         Qpp, Qpd, Qdd = _quadratic_forms(start, phi, dphi, Gp, Gd, Z, M1, D, True)
     for m in range(M1):
         for d in range(D):

@@ -20,8 +20,8 @@ on the data set (observations, test functions, noise level, precomputed matrices
 float64 buffer the kernel reads at run time. The Op's numba functions call the kernel through
 its address, so compiling them for a new data set does not compile (or re-optimise) the
 kernel: ``pw.sample`` on the next data set of a coverage study compiles in a fraction of the
-time (``docs/performance.md``). The kernel's module is written to :func:`cache_dir` and compiled
-with numba's disk cache, so the next process loads it instead of compiling.
+time (``docs/performance.md``). :mod:`~pymc_wendy.backends.kernel_cache` builds those kernels,
+one per model structure, and keeps them on disk across processes.
 
 A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log-density
 ``-inf``) and a zero gradient instead of raising, so a sampler rejects the point and goes on.
@@ -29,19 +29,7 @@ A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import hashlib
-import importlib.util
-import inspect
 import math
-import os
-import re
-import sys
-import tempfile
-from collections.abc import Callable
-from pathlib import Path
-from types import ModuleType
 
 import numba
 import numpy as np
@@ -465,7 +453,7 @@ def _add_pair_gradient(T, pt, wpair, w_state, gp, gw):
 
 
 @numba.njit(cache=True)
-def _tilt(nll, gp, p, tilt, ref, offset, want_grad):
+def apply_tilt(nll, gp, p, tilt, ref, offset, want_grad):
     """The bias-corrected objective's linear tilt (:mod:`pymc_wendy.weak.bias`) added in place."""
     if np.isfinite(nll):
         nll += offset - np.dot(tilt, p - ref)
@@ -484,7 +472,7 @@ def kernel_inputs(
     ``"general"``; ``buffer`` is one float64 array holding the data side of the likelihood
     (observations, test functions, noise level, ridge, bias-correction tilt, relaxation
     scale; :func:`_pack`). None of it is compiled into the kernel, so one compilation of
-    :func:`kernel_for` serves every data set of a model.
+    :func:`~pymc_wendy.backends.kernel_cache.kernel_for` serves every data set of a model.
     """
     corr = lik.correction
     if corr is not None and infer_sigma:
@@ -528,7 +516,7 @@ def _pack(arrays) -> np.ndarray:
 
 
 @numba.njit(cache=True)
-def _offsets(buf):
+def offsets(buf):
     n = int(buf[0])
     off = np.empty(n, dtype=np.int64)
     o = 1 + 3 * n
@@ -539,28 +527,28 @@ def _offsets(buf):
 
 
 @numba.njit(cache=True)
-def _unpack1(buf, off, i):
+def unpack1(buf, off, i):
     return buf[off[i] : off[i] + int(buf[1 + 3 * i])]
 
 
 @numba.njit(cache=True)
-def _unpack2(buf, off, i):
+def unpack2(buf, off, i):
     s0, s1 = int(buf[1 + 3 * i]), int(buf[2 + 3 * i])
     return buf[off[i] : off[i] + s0 * s1].reshape((s0, s1))
 
 
 @numba.njit(cache=True)
-def _unpack3(buf, off, i):
+def unpack3(buf, off, i):
     s0, s1, s2 = int(buf[1 + 3 * i]), int(buf[2 + 3 * i]), int(buf[3 + 3 * i])
     return buf[off[i] : off[i] + s0 * s1 * s2].reshape((s0, s1, s2))
 
 
 @numba.njit(cache=True)
-def _unpack_index(buf, off, i):
-    return _unpack1(buf, off, i).astype(np.int64)
+def unpack_index(buf, off, i):
+    return unpack1(buf, off, i).astype(np.int64)
 
 
-#: the C signature of :func:`kernel_for`'s kernels:
+#: the C signature of the compiled kernels (:func:`~pymc_wendy.backends.kernel_cache.kernel_for`):
 #: ``(p, J, sigma2, n_sigma2, alpha, buffer, buffer size, out) -> status``
 C_SIGNATURE = numba.types.int64(
     numba.types.CPointer(numba.types.float64),
@@ -574,175 +562,8 @@ C_SIGNATURE = numba.types.int64(
 )
 
 
-def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
-    """The compiled kernel of a model structure, shared by every likelihood of that structure.
-
-    A numba ``cfunc`` with :data:`C_SIGNATURE`: it reads ``p`` (J,), ``sigma2`` (``n_sigma2``
-    noise variances; ignored with ``infer_sigma=False``, where the data's noise level is
-    used), ``alpha`` and :func:`kernel_inputs`' ``buffer``, and writes ``out`` (1 + J +
-    ``n_sigma2``) with ``nll``, its gradient in ``p`` and in ``sigma2``. Callers (the Op's
-    numba functions) call it through its address, so compiling a caller does not compile
-    the kernel again: a new data set of the same model costs milliseconds, not seconds.
-    ``alpha`` relaxes the covariance toward a multiple ``c`` (in the buffer) of the identity,
-    ``S_alpha = (1 - alpha) S + alpha c I`` (``S`` the model's, ridge included); ``alpha = 0``
-    is the model's likelihood exactly. A bias-corrected likelihood
-    (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
-
-    The kernel's source (the model's generated functions, the flags and a template of
-    :mod:`~pymc_wendy.backends.kernel_templates`) is written once to :func:`cache_dir` and
-    compiled with numba's on-disk cache, so another process with the same model structure
-    loads the machine code instead of compiling it (``cache_hits`` of the returned object
-    counts the loads).
-    """
-    spec = (
-        None if kind == "linear" else lik.form.kernel_spec()
-    )  # the linear path calls no model code
-    source = _kernel_source(kind, spec, infer_sigma=infer_sigma, want_grad=want_grad,
-                            logdet=lik.correction is None)  # fmt: skip
-    kernel = _KERNELS.get(source)
-    if kernel is None:
-        kernel = _KERNELS[source] = _load_kernel_module(source).c_kernel
-    return kernel
-
-
-def make_kernel(
-    lik, *, infer_sigma: bool, want_grad: bool, relax_scale: float = 1.0,
-    free_initial: bool = False,
-) -> Callable:  # fmt: skip
-    """``(p, sigma2, alpha) -> (nll, grad_p, grad_sigma2)`` for ``lik``, callable from Python
-    (tests, benchmarks): :func:`kernel_for`'s kernel on :func:`kernel_inputs`' buffer. With
-    ``free_initial`` ``p`` ends with the initial row and so does ``grad_p``."""
-    kind, buf = kernel_inputs(
-        lik, infer_sigma=infer_sigma, relax_scale=relax_scale, free_initial=free_initial
-    )
-    kernel = kernel_for(lik, kind, infer_sigma=infer_sigma, want_grad=want_grad)
-    J = lik.model.n_params + (lik.model.n_states if free_initial else 0)
-    D = lik.model.n_states if infer_sigma else 0
-
-    def bound(p, sigma2, alpha):
-        p = np.ascontiguousarray(p, dtype=float)
-        s2 = np.ascontiguousarray(sigma2, dtype=float) if infer_sigma else np.zeros(0)
-        if s2.shape != (D,):
-            raise ValueError(f"sigma2 must have shape ({D},); got {s2.shape}")
-        out = np.empty(1 + J + D)
-        ptr = (a.ctypes.data_as(_DOUBLE_P) for a in (p, s2, buf, out))
-        kernel.ctypes(next(ptr), J, next(ptr), D, float(alpha), next(ptr), buf.size, next(ptr))
-        return out[0], out[1 : 1 + J], out[1 + J :] if infer_sigma else np.zeros(D)
-
-    return bound
-
-
-_DOUBLE_P = ctypes.POINTER(ctypes.c_double)
-
-#: loaded kernels by their module's source (:func:`kernel_for`)
-_KERNELS: dict[str, Callable] = {}
-
-
-def cache_dir() -> Path:
-    """Where :func:`kernel_for` keeps the generated kernel modules and their machine code.
-
-    ``$PYMC_WENDY_CACHE_DIR`` if set, else ``pymc_wendy_kernels`` in ``$NUMBA_CACHE_DIR`` if
-    that is set, else ``pymc_wendy/kernels`` in the user's cache directory
-    (``$XDG_CACHE_HOME`` or ``~/.cache``). Deleting it is safe: kernels are compiled again.
-    """
-    if os.environ.get("PYMC_WENDY_CACHE_DIR"):
-        return Path(os.environ["PYMC_WENDY_CACHE_DIR"])
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"]) / "pymc_wendy_kernels"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "pymc_wendy" / "kernels"
-
-
-def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logdet: bool) -> str:
-    """The Python source of the module holding one structure's kernel (:func:`kernel_for`)."""
-    from pymc_wendy.backends import kernel_templates
-
-    template, calls = kernel_templates.TEMPLATES[kind]
-    lines = [
-        f'"""A compiled weak-likelihood kernel ({kind}) generated by pymc_wendy.',
-        "",
-        "Safe to delete: it is written and compiled again when needed.",
-        '"""',
-        "",
-        "import math",
-        "",
-        "import numba",
-        "import numpy",
-        "import numpy as np",
-        "",
-        "from pymc_wendy.backends import numba_banded as nb",
-        "from pymc_wendy.backends import numba_kernels as nk",
-        "",
-        f"# library: {_library_digest()}",
-        f"INFER_SIGMA = {bool(infer_sigma)}",
-        f"WANT_GRAD = {bool(want_grad)}",
-        f"LOGDET = {bool(logdet)}",
-    ]
-    if kind == "operator":
-        lines += [f"{name} = {tuple(spec.shapes[key])!r}"
-                  for name, key in kernel_templates.OPERATOR_SHAPES.items()]  # fmt: skip
-    for name, key in calls.items():
-        src = spec.functions[key].py_func.__source__
-        src = re.sub(r"^def \w+\(", f"def _{name}_source(", src, count=1)
-        lines += ["", "", src.rstrip(), f"{name} = numba.njit(cache=True)(_{name}_source)"]
-    entries = (
-        (template, "kernel = numba.njit(cache=True)"),
-        (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
-    )
-    for fn, jit in entries:
-        lines += ["", "", inspect.getsource(fn).rstrip(), f"{jit}({fn.__name__})"]
-    return "\n".join(lines) + "\n"
-
-
-@functools.cache
-def _library_digest() -> str:
-    """A digest of the compiled code a kernel module calls: numba caches a module's functions
-    by its own source only, so a change of the library must change the module's source."""
-    h = hashlib.sha256(numba.__version__.encode())
-    here = Path(__file__).parent
-    for mod in ("numba_kernels", "numba_banded", "lapack", "kernel_templates", "../weak/banded"):
-        h.update((here / f"{mod}.py").read_bytes())
-    return h.hexdigest()[:16]
-
-
-@functools.cache
-def _fallback_dir() -> Path:
-    """One temporary directory per process for kernels when the cache cannot be written."""
-    return Path(tempfile.mkdtemp(prefix="pymc_wendy_kernels_"))
-
-
-def _load_kernel_module(source: str) -> ModuleType:
-    """Write ``source`` to :func:`cache_dir` (once; the name is its digest) and import it.
-
-    The file is written atomically, so processes of a study starting together do not read a
-    half-written module. Where the cache directory cannot be written the module goes to a
-    temporary directory: correct, compiled once per process."""
-    name = "pymc_wendy_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:24]
-    if name in sys.modules:
-        return sys.modules[name]
-    for directory in (cache_dir(), None):
-        try:
-            if directory is None:
-                directory = _fallback_dir()
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"{name}.py"
-            if not path.exists() or path.read_text() != source:
-                fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(source)
-                os.replace(tmp, path)
-            break
-        except OSError:
-            continue
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # numba's cache looks functions up by their module
-    spec.loader.exec_module(module)
-    return module
-
-
 @numba.njit(cache=True)
-def _with_initial_row(X, b, dphi, x0):
+def with_initial_row(X, b, dphi, x0):
     """``X`` with its first row ``x0``, and ``b = dPhi X`` to match."""
     X = X.copy()
     b = b.copy()
@@ -755,7 +576,7 @@ def _with_initial_row(X, b, dphi, x0):
 
 
 @numba.njit(cache=True)
-def _initial_row_gradient(phi, dphi, Ju, a, want_grad):
+def initial_row_gradient(phi, dphi, Ju, a, want_grad):
     """``dl/dx0_e = sum_d (Phi_0 . a_d) Ju[0, d, e] + dPhi_0 . a_e`` (``a = S^-1 r``)."""
     K = phi.shape[0]
     D = Ju.shape[1]

@@ -32,7 +32,7 @@ from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 from pytensor.tensor.rewriting.basic import register_specialize
 
-from pymc_wendy.backends import numba_kernels
+from pymc_wendy.backends import kernel_cache, numba_kernels
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -269,7 +269,7 @@ def _numba_funcify(op, node=None, **kwargs):
     kind, buf = _kernel_data(
         lik, op.infer_sigma, op.relax_scale if relaxed else 1.0, op.free_initial
     )
-    kernel = numba_kernels.kernel_for(
+    kernel = kernel_cache.kernel_for(
         lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
     )
     J = op.n_inputs_p

@@ -578,7 +578,13 @@ def evaluate(
 
 
 @numba.njit(cache=True)
-def _selected_inverse(cb: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+def selected_inverse(cb: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """The band of ``S^{-1}`` from the lower band Cholesky factor of ``S`` (same storage).
+
+    Takahashi / Erisman-Tinney recursion: ``O(n b^2)`` flops, no entry outside the band
+    computed. Compiled with numba (a loop over rows); callable from compiled code (the Op's
+    banded kernel) and from Python.
+    """
     n = cb.shape[1]
     b = cb.shape[0] - 1
     z = np.zeros_like(cb)
@@ -599,15 +605,6 @@ def _selected_inverse(cb: np.ndarray) -> np.ndarray:  # pragma: no cover - compi
             s += z[k - j, j] * cb[k - j, j]
         z[0, j] = (1.0 / cjj - s) / cjj
     return z
-
-
-def selected_inverse(cb: np.ndarray) -> np.ndarray:
-    """The band of ``S^{-1}`` from the lower band Cholesky factor of ``S`` (same storage).
-
-    Takahashi / Erisman-Tinney recursion: ``O(n b^2)`` flops, no entry outside the band
-    computed. Compiled with numba (a loop over rows).
-    """
-    return _selected_inverse(np.ascontiguousarray(cb))
 
 
 def _inverse_on_windows(ev: BandedEvaluation) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ LAYERS = {
     "bayes": {"model", "weak", "backends", "estimators", "problems"},
     "studies": {"model", "weak", "backends", "estimators", "problems", "bayes"},
 }
-SHARED = {"_validation", "_threads", "_progress"}
+SHARED = {"_validation", "_threads", "_progress", "_codecache"}
 
 #: functions between 60 and 100 lines of code must say why in a comment starting with this
 LONG_MARK = "# long:"

@@ -8,6 +8,9 @@ differences, batched solves with a draw that blows up, and the failures it repor
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -241,3 +244,30 @@ def test_pw_solve_below_lsoda_tolerance_limit_falls_back_to_dop853():
     V = pw.solve(prob.model, prob.p_true, prob.u0, t, method="DOP853", rtol=1e-13, atol=1e-15)
     np.testing.assert_array_equal(U, V)
     assert _relative_max_error(U, _reference("lotka_volterra")) < 1e-10
+
+
+_SECOND_PROCESS = """
+import numpy as np
+from pymc_wendy.model.compiled_solve import compiled_solver
+from pymc_wendy.problems import get_problem
+
+prob = get_problem("logistic")
+solver = compiled_solver(prob.model)
+_, S = solver.sensitivities(prob.p_true, [0.1], np.linspace(0.0, 5.0, 11))
+hits = sum(solver.sensitivity_rhs.stats.cache_hits.values())
+print(hits, repr(float(S[-1, 0, 0])))
+"""
+
+
+def test_the_solver_functions_are_loaded_from_disk_in_a_second_process(tmp_path):
+    env = {**os.environ, "PYMC_WENDY_CACHE_DIR": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True, text=True,
+            check=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]  # fmt: skip
+    assert runs[0][0] == "0" and runs[1][0] == "1", runs
+    assert runs[0][1] == runs[1][1]
+    assert len(list(tmp_path.glob("pymc_wendy_solver_*.py"))) == 1

@@ -1,14 +1,12 @@
 """The compiled kernel of each model structure, kept on disk across processes.
 
 :func:`kernel_for` writes one Python module per model structure (path, flags and the model's
-generated functions) into :func:`cache_dir`: the model's functions, the flags and the source of
-one template of :mod:`~pymc_wendy.backends.kernel_templates`, which calls the numeric kernels of
-:mod:`~pymc_wendy.backends.numba_kernels` and :mod:`~pymc_wendy.backends.numba_banded`. numba
-compiles it with its on-disk cache, so a second process (the next ``pymc-wendy demo``, each
-worker of a coverage study) loads the machine code instead of compiling (6 s for
-FitzHugh-Nagumo, ``docs/performance.md``). A closure over the generated functions could not be
-cached: numba keys a closure's cache entry on its pickled cells, which for a numba function
-include a per-process id.
+generated functions) with :func:`pymc_wendy._codecache.load_module`: the model's functions,
+the flags and the source of one template of :mod:`~pymc_wendy.backends.kernel_templates`,
+which calls the numeric kernels of :mod:`~pymc_wendy.backends.numba_kernels` and
+:mod:`~pymc_wendy.backends.numba_banded`. numba compiles it with its on-disk cache, so a
+second process (the next ``pymc-wendy demo``, each worker of a coverage study) loads the
+machine code instead of compiling (6 s for FitzHugh-Nagumo, ``docs/performance.md``).
 
 :func:`make_kernel` wraps a kernel and a likelihood's packed data as a Python function (tests,
 benchmarks).
@@ -19,19 +17,14 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
-import importlib.util
 import inspect
-import os
-import re
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numba
 import numpy as np
 
+from pymc_wendy._codecache import IMPORTS, jitted, load_module
 from pymc_wendy.backends import kernel_templates
 from pymc_wendy.backends.numba_kernels import kernel_inputs
 
@@ -52,7 +45,7 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
     (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
 
     The kernel's source (the model's generated functions, the flags and a template of
-    :mod:`~pymc_wendy.backends.kernel_templates`) is written once to :func:`cache_dir` and
+    :mod:`~pymc_wendy.backends.kernel_templates`) is written once to the cache directory and
     compiled with numba's on-disk cache, so another process with the same model structure
     loads the machine code instead of compiling it (``cache_hits`` of the returned object
     counts the loads).
@@ -64,7 +57,7 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
                             logdet=lik.correction is None)  # fmt: skip
     kernel = _KERNELS.get(source)
     if kernel is None:
-        kernel = _KERNELS[source] = _load_kernel_module(source).c_kernel
+        kernel = _KERNELS[source] = load_module(source, "pymc_wendy_kernel_").c_kernel
     return kernel
 
 
@@ -101,21 +94,6 @@ _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 _KERNELS: dict[str, Callable] = {}
 
 
-def cache_dir() -> Path:
-    """Where :func:`kernel_for` keeps the generated kernel modules and their machine code.
-
-    ``$PYMC_WENDY_CACHE_DIR`` if set, else ``pymc_wendy_kernels`` in ``$NUMBA_CACHE_DIR`` if
-    that is set, else ``pymc_wendy/kernels`` in the user's cache directory
-    (``$XDG_CACHE_HOME`` or ``~/.cache``). Deleting it is safe: kernels are compiled again.
-    """
-    if os.environ.get("PYMC_WENDY_CACHE_DIR"):
-        return Path(os.environ["PYMC_WENDY_CACHE_DIR"])
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        return Path(os.environ["NUMBA_CACHE_DIR"]) / "pymc_wendy_kernels"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "pymc_wendy" / "kernels"
-
-
 def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logdet: bool) -> str:
     """The Python source of the module holding one structure's kernel (:func:`kernel_for`)."""
     template, calls = kernel_templates.TEMPLATES[kind]
@@ -125,11 +103,7 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         "Safe to delete: it is written and compiled again when needed.",
         '"""',
         "",
-        "import math",
-        "",
-        "import numba",
-        "import numpy",
-        "import numpy as np",
+        *IMPORTS,
         "",
         "from pymc_wendy.backends import numba_banded as nb",
         "from pymc_wendy.backends import numba_kernels as nk",
@@ -143,9 +117,7 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         lines += [f"{name} = {tuple(spec.shapes[key])!r}"
                   for name, key in kernel_templates.OPERATOR_SHAPES.items()]  # fmt: skip
     for name, key in calls.items():
-        src = spec.functions[key].py_func.__source__
-        src = re.sub(r"^def \w+\(", f"def _{name}_source(", src, count=1)
-        lines += ["", "", src.rstrip(), f"{name} = numba.njit(cache=True)(_{name}_source)"]
+        lines += jitted(name, spec.functions[key].py_func.__source__)
     entries = (
         (template, "kernel = numba.njit(cache=True)"),
         (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
@@ -165,39 +137,3 @@ def _library_digest() -> str:
     for mod in (*mods, "../weak/banded"):
         h.update((here / f"{mod}.py").read_bytes())
     return h.hexdigest()[:16]
-
-
-@functools.cache
-def _fallback_dir() -> Path:
-    """One temporary directory per process for kernels when the cache cannot be written."""
-    return Path(tempfile.mkdtemp(prefix="pymc_wendy_kernels_"))
-
-
-def _load_kernel_module(source: str) -> ModuleType:
-    """Write ``source`` to :func:`cache_dir` (once; the name is its digest) and import it.
-
-    The file is written atomically, so processes of a study starting together do not read a
-    half-written module. Where the cache directory cannot be written the module goes to a
-    temporary directory: correct, compiled once per process."""
-    name = "pymc_wendy_kernel_" + hashlib.sha256(source.encode()).hexdigest()[:24]
-    if name in sys.modules:
-        return sys.modules[name]
-    for directory in (cache_dir(), None):
-        try:
-            if directory is None:
-                directory = _fallback_dir()
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"{name}.py"
-            if not path.exists() or path.read_text() != source:
-                fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(source)
-                os.replace(tmp, path)
-            break
-        except OSError:
-            continue
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # numba's cache looks functions up by their module
-    spec.loader.exec_module(module)
-    return module

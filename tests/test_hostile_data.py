@@ -426,3 +426,18 @@ def test_doses_need_split_test_functions():
         pw.build_test_functions(t, U, breaks=[8.0], quadrature="trapezoid")
     with pytest.raises(ValueError, match="no data point between the breaks"):
         pw.build_test_functions(t, U, breaks=[8.01, 8.1], min_radius=2.0)
+
+
+def test_local_test_functions_on_a_short_series_warn_that_they_cannot_determine_the_parameters():
+    # 21 points leave room for one local bump: 2 weak residuals for 4 parameters, which a
+    # posterior would silently fill in from its prior
+    from pymc_wendy.weak.likelihood import ShortSeriesWarning
+
+    prob = pw.get_problem("lotka_volterra")
+    d = prob.simulate(n_points=21, noise_ratio=0.05, seed=1)
+    with pytest.warns(ShortSeriesWarning, match="2 weak residuals for 4 parameters"):
+        pw.WeakLikelihood(prob.model, d.t, d.U, sigma=0.1, test_functions="local")
+    long = prob.simulate(n_points=257, noise_ratio=0.05, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShortSeriesWarning)
+        pw.WeakLikelihood(prob.model, long.t, long.U, test_functions="local")

@@ -279,7 +279,18 @@ class WeakLikelihood:
                 "local test functions do not take a known initial_state (its boundary row "
                 "spans the grid); use the default test functions"
             )
-        return build_local_test_functions(self.t, self.X, **options)
+        tf = build_local_test_functions(self.t, self.X, **options)
+        D, J = self.X.shape[1], self.base_model.n_params
+        if tf.K * D < J:
+            warnings.warn(
+                f"local test functions on {self.t.size} points give {tf.K} test function(s), "
+                f"{tf.K * D} weak residuals for {J} parameters: the weak likelihood cannot "
+                "determine them (a posterior follows its prior there); use the default test "
+                "functions, which pick the narrowest accurate radii on short series",
+                ShortSeriesWarning,
+                stacklevel=4,
+            )
+        return tf
 
     def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
         """The grid from ``t0`` with the known state as its first, exact row; the test

@@ -50,9 +50,8 @@ def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
     loads the machine code instead of compiling it (``cache_hits`` of the returned object
     counts the loads).
     """
-    spec = (
-        None if kind == "linear" else lik.form.kernel_spec()
-    )  # the linear path calls no model code
+    # the linear path calls no model code
+    spec = None if kind == "linear" else lik.form.kernel_spec()
     source = _kernel_source(kind, spec, infer_sigma=infer_sigma, want_grad=want_grad,
                             logdet=lik.correction is None)  # fmt: skip
     kernel = _KERNELS.get(source)

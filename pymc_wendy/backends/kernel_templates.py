@@ -74,7 +74,9 @@ def general_kernel(p, sigma2, alpha, buf):
     keep = 1.0 - alpha
     scale = keep * (1.0 - ridge)
     diag = keep * ridge_diag + alpha * c
-    nll, gp, gs, a = nk.general(phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET)
+    nll, gp, gs, a = nk.general(
+        phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET, INFER_SIGMA
+    )
     if not LOGDET:
         nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     if free:

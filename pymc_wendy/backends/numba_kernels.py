@@ -111,20 +111,89 @@ def _add_pointwise_score(phi, a, Jp, gp):
 
 
 @numba.njit(cache=True)
-def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logdet=True):
+def _covariance_factor(LsT, r, diag, logdet):
+    """``S = Ls Ls^T + diag I`` by a rank-k update, its Cholesky factor (F-ordered, lower),
+    ``a = S^{-1} r`` and the NLL (the quadratic form alone without ``logdet``). Returns
+    ``(ok, nll, a, C)``; ``ok`` is False when ``S`` is not positive definite."""
+    n = r.size
+    ST = np.empty((n, n))  # ST.T is the F-ordered S
+    lapack.syrk_lower(LsT.T, ST.T)
+    ok, C, a, nll = _factor_and_nll(ST, r, diag)
+    if ok and not logdet:
+        nll = 0.5 * np.dot(r, a)
+    return ok, nll, a, C
+
+
+@numba.njit(cache=True)
+def _inverse(C):
+    """``S^{-1}`` (C-ordered, both triangles) from the F-ordered lower factor ``C``, which
+    ``potri`` overwrites."""
+    n = C.shape[0]
+    lapack.potri_lower(C)
+    Si = np.empty((n, n))
+    for j in range(n):
+        for i in range(j, n):
+            Si[i, j] = C[i, j]
+            Si[j, i] = C[i, j]
+    return Si
+
+
+@numba.njit(cache=True)
+def _quadratic_forms(Si, phiT, dphiT, D, want_dd):
+    """``Q_gh[m, d, f] = sum_{k, l} g_k(m) S^-1[(d, k), (f, l)] h_l(m)`` for (phi, phi) and
+    (phi, dphi), and the diagonal ``d = f`` of (dphi, dphi) when ``want_dd``; from
+    ``Phi^T S^-1`` (one matrix product per state), not from ``S^-1 L`` (a solve against the
+    ``D (M+1)`` columns of ``L``: 4x slower here, ``docs/performance.md``)."""
+    M1, K = phiT.shape
+    Qpp = np.zeros((M1, D, D))
+    Qpd = np.zeros((M1, D, D))
+    Qdd = np.zeros((M1, D))
+    for d in range(D):
+        PS = np.dot(phiT, np.ascontiguousarray(Si[d * K : (d + 1) * K, :]))  # (M1, K D)
+        for m in range(M1):
+            for f in range(D):
+                app = 0.0
+                apd = 0.0
+                for k in range(K):
+                    x = PS[m, f * K + k]
+                    app += x * phiT[m, k]
+                    apd += x * dphiT[m, k]
+                Qpp[m, d, f] = app
+                Qpd[m, d, f] = apd
+        if want_dd:
+            block = np.ascontiguousarray(Si[d * K : (d + 1) * K, d * K : (d + 1) * K])
+            DS = np.dot(dphiT, block)  # (M1, K)
+            for m in range(M1):
+                acc = 0.0
+                for k in range(K):
+                    acc += DS[m, k] * dphiT[m, k]
+                Qdd[m, d] = acc
+    return Qpp, Qpd, Qdd
+
+
+@numba.njit(cache=True)
+def general(
+    phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logdet=True,
+    sigma_grad=True,
+):  # fmt: skip
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
     ``logdet=False`` gives the quadratic form ``r' S^-1 r / 2`` alone and its gradient (the
-    bias-corrected objective, :mod:`pymc_wendy.weak.bias`); it skips the solve against ``L``.
+    bias-corrected objective, :mod:`pymc_wendy.weak.bias`); it skips ``S^{-1}``.
+    ``sigma_grad=False`` skips the gradient in the noise variances (returned as zeros).
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
     derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances and
     ``W`` (M1, D) their per-entry weights. The covariance is
     ``S = scale * L diag(s2raw * W) L^T + diag * I`` (``scale = 1 - ridge``,
     ``diag = ridge_diag`` for the model; other values for the tempering ladder's relaxed rungs).
+    The gradient needs ``S^{-1}`` only through ``Phi^T S^{-1} Phi`` and ``Phi^T S^{-1} dPhi``
+    at equal times (:func:`_quadratic_forms`), as ``kernels.gradient_parts`` does.
     Returns ``(nll, grad_p, grad_sigma2, a)`` with ``a = S^-1 r`` (zeros where the value is
     infinite).
     """
+    # long: the covariance's assembly, factor and gradient share their arrays; split, each
+    # part would pass a dozen of them
     K, M1 = phi.shape
     D = F.shape[1]
     J = Jp.shape[2]
@@ -143,51 +212,65 @@ def general(phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logd
         for k in range(K):
             r[d * K + k] = PF[k, d] + b[k, d]
 
-    # L and its noise-scaled copy, stored transposed so that .T is the F-ordered (n, D*M1)
-    LT = np.empty((D * M1, n))
+    # L Sigma^1/2, stored transposed so that .T is the F-ordered (n, D*M1)
     LsT = np.empty((D * M1, n))
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
             se = math.sqrt(s2[e] * W[m, e])
             for d in range(D):
-                g = Ju[m, d, e]
+                g = Ju[m, d, e] * se
                 for k in range(K):
                     v = phiT[m, k] * g
                     if d == e:
-                        v += dphiT[m, k]
-                    LT[col, d * K + k] = v
-                    LsT[col, d * K + k] = v * se
+                        v += dphiT[m, k] * se
+                    LsT[col, d * K + k] = v
 
-    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
+    ok, nll, a, C = _covariance_factor(LsT, r, diag, logdet)
     if not ok:
         return np.inf, gp, gs, np.zeros(n)
     if not want_grad:
         return nll, gp, gs, a
-    # B[d, m, e] = s2_e sum_k phi[k, m] (W L)[(d, k), (e, m)],  W L = S^{-1} L - a (L^T a)^T
-    for e in range(D):
-        for m in range(M1):
-            col = e * M1 + m
-            la = 0.0
-            for i in range(n):
-                la += LT[col, i] * a[i]
-            acc_s = 0.0
+    Am = np.empty((K, D))
+    for d in range(D):
+        for k in range(K):
+            Am[k, d] = a[d * K + k]
+    Pa = np.dot(phiT, Am)  # Phi^T a_d per time, (M1, D)
+    Da = np.dot(dphiT, Am)
+    if logdet:
+        Qpp, Qpd, Qdd = _quadratic_forms(_inverse(C), phiT, dphiT, D, sigma_grad)
+    # B[d, m, e] = v_e (Q_pp Ju + Q_pd - Pa (L^T a)^T)[d, e]: the trace and quadratic parts
+    # of dl/dJu; and per column (e, m) of L, (L^T W L)[(e, m), (e, m)] for the noise gradient
+    for m in range(M1):
+        for e in range(D):
+            la = Da[m, e]
             for d in range(D):
-                acc = 0.0
-                for k in range(K):
-                    i = d * K + k
-                    wl = -a[i] * la
-                    if logdet:
-                        wl += YT[col, i]
-                    acc += phiT[m, k] * wl
-                    acc_s += LT[col, i] * wl
-                Bdme = s2[e] * W[m, e] * acc
+                la += Pa[m, d] * Ju[m, d, e]
+            v = s2[e] * W[m, e]
+            for d in range(D):
+                bde = -Pa[m, d] * la
+                if logdet:
+                    bde += Qpd[m, d, e]
+                    for f in range(D):
+                        bde += Qpp[m, d, f] * Ju[m, f, e]
+                bde *= v
                 for j in range(J):
-                    gp[j] += Bdme * Jup[m, d, e, j]
-            gs[e] += W[m, e] * acc_s
+                    gp[j] += bde * Jup[m, d, e, j]
+            if sigma_grad:
+                per = -la * la
+                if logdet:
+                    per += Qdd[m, e]
+                    for d in range(D):
+                        per += 2.0 * Ju[m, d, e] * Qpd[m, d, e]
+                        for f in range(D):
+                            per += Ju[m, d, e] * Qpp[m, d, f] * Ju[m, f, e]
+                gs[e] += W[m, e] * per
     for e in range(D):
         gs[e] *= 0.5 * scale
-    _add_pointwise_score(phi, a, Jp, gp)
+    for m in range(M1):
+        for d in range(D):
+            for j in range(J):
+                gp[j] += Pa[m, d] * Jp[m, d, j]
     return nll, gp, gs, a
 
 

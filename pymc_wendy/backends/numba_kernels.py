@@ -176,6 +176,8 @@ def general(
     phi, dphi, b, F, Ju, Jp, Jup, s2raw, W, scale, diag, want_grad, logdet=True,
     sigma_grad=True,
 ):  # fmt: skip
+    # long: the covariance's assembly, factor and gradient share their arrays; split, each
+    # part would pass a dozen of them
     """Negative log-likelihood, gradient in ``p`` and in the noise variances (general path).
 
     ``logdet=False`` gives the quadratic form ``r' S^-1 r / 2`` alone and its gradient (the
@@ -192,8 +194,6 @@ def general(
     Returns ``(nll, grad_p, grad_sigma2, a)`` with ``a = S^-1 r`` (zeros where the value is
     infinite).
     """
-    # long: the covariance's assembly, factor and gradient share their arrays; split, each
-    # part would pass a dozen of them
     K, M1 = phi.shape
     D = F.shape[1]
     J = Jp.shape[2]

@@ -50,3 +50,19 @@ def central_differences(
 def relative_error(a, b) -> float:
     """``||a - b|| / ||b||``, the Euclidean norms over all entries."""
     return np.linalg.norm(np.ravel(a - b)) / np.linalg.norm(np.ravel(b))
+
+
+def run_twice_with_cache(script: str, cache_dir) -> list[list[str]]:
+    """Run ``script`` in two fresh Python processes sharing the disk cache ``cache_dir``
+    (``PYMC_WENDY_CACHE_DIR``); each run's standard output, split on white space."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYMC_WENDY_CACHE_DIR": str(cache_dir)}
+    return [
+        subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
+        ).stdout.split()
+        for _ in range(2)
+    ]

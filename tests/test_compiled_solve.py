@@ -8,14 +8,11 @@ differences, batched solves with a draw that blows up, and the failures it repor
 from __future__ import annotations
 
 import functools
-import os
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
-from conftest import central_differences
+from conftest import central_differences, run_twice_with_cache
 
 import pymc_wendy as pw
 from pymc_wendy.model.compiled_solve import compiled_solver, supports
@@ -260,14 +257,7 @@ print(hits, repr(float(S[-1, 0, 0])))
 
 
 def test_the_solver_functions_are_loaded_from_disk_in_a_second_process(tmp_path):
-    env = {**os.environ, "PYMC_WENDY_CACHE_DIR": str(tmp_path)}
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True, text=True,
-            check=True,
-        ).stdout.split()
-        for _ in range(2)
-    ]  # fmt: skip
+    runs = run_twice_with_cache(_SECOND_PROCESS, tmp_path)
     assert runs[0][0] == "0" and runs[1][0] == "1", runs
     assert runs[0][1] == runs[1][1]
     assert len(list(tmp_path.glob("pymc_wendy_solver_*.py"))) == 1

@@ -1,7 +1,5 @@
 """The pytensor Op: compiled kernels against the numpy reference, verify_grad, native numba."""
 
-import os
-import subprocess
 import sys
 import warnings
 
@@ -9,6 +7,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from conftest import run_twice_with_cache
 
 from pymc_wendy.backends import kernel_cache, numba_kernels
 from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik
@@ -114,14 +113,7 @@ print(kernel.cache_hits, repr(value), repr(float(grad[0])))
 def test_the_compiled_kernel_is_loaded_from_disk_in_a_second_process(tmp_path):
     # the generated kernel module and numba's machine code stay in the cache directory: a
     # second process with the same model structure loads them instead of compiling
-    env = {**os.environ, "PYMC_WENDY_CACHE_DIR": str(tmp_path)}
-    runs = [
-        subprocess.run(
-            [sys.executable, "-c", _SECOND_PROCESS], env=env, capture_output=True, text=True,
-            check=True,
-        ).stdout.split()
-        for _ in range(2)
-    ]  # fmt: skip
+    runs = run_twice_with_cache(_SECOND_PROCESS, tmp_path)
     assert runs[0][0] == "0" and runs[1][0] == "1", runs
     assert runs[0][1:] == runs[1][1:]
     assert len(list(tmp_path.glob("pymc_wendy_kernel_*.py"))) == 1

@@ -117,7 +117,9 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
                   for name, key in kernel_templates.OPERATOR_SHAPES.items()]  # fmt: skip
     for name, key in calls.items():
         lines += jitted(name, spec.functions[key].py_func.__source__)
+    helpers = kernel_templates.HELPERS if calls else ()
     entries = (
+        *((fn, f"{fn.__name__} = numba.njit(cache=True)") for fn in helpers),
         (template, "kernel = numba.njit(cache=True)"),
         (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
     )

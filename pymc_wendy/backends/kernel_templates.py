@@ -47,6 +47,29 @@ def linear_kernel(p, sigma2, alpha, buf):
     return nll, gp, gw * (keep * scale)
 
 
+def model_terms(t, X, p):
+    """The right-hand side at the data, ``f_u`` and, for a gradient, ``f_p`` and ``f_up``
+    (without one, empty stand-ins of the right rank)."""
+    M1, D, J = t.size, X.shape[1], p.size
+    F = f(t, X, p, np.zeros((M1, D)))
+    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
+    if WANT_GRAD:
+        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
+        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
+    else:
+        Jp = np.zeros((0, D, J))
+        Jup = np.zeros((0, D, D, J))
+    return F, Ju, Jp, Jup
+
+
+def noise_terms(sigma2, fixed_s2, alpha, scalars):
+    """The noise variances, the covariance's scale and its added diagonal at relaxation
+    ``alpha`` (ridge, relaxation scale and diagonal ridge from the buffer's scalars)."""
+    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
+    keep = 1.0 - alpha
+    return s2, keep * (1.0 - scalars[0]), keep * scalars[3] + alpha * scalars[1]
+
+
 def general_kernel(p, sigma2, alpha, buf):
     """The general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
     o = nk.offsets(buf)
@@ -54,26 +77,15 @@ def general_kernel(p, sigma2, alpha, buf):
     phi, dphi, b = nk.unpack2(buf, o, 2), nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
     W, fixed_s2 = nk.unpack2(buf, o, 5), nk.unpack1(buf, o, 6)
     tilt, ref, scalars = nk.unpack1(buf, o, 7), nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9)
-    ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
+    offset = scalars[2]
     free = scalars[4] > 0.5  # p ends with the initial row (an initial state with a prior)
     J = int(scalars[5]) if free else p.size
     x0 = np.ascontiguousarray(p[J:])
     p = np.ascontiguousarray(p[:J])
-    M1, D = t.size, X.shape[1]
     if free:
         X, b = nk.with_initial_row(X, b, dphi, x0)
-    F = f(t, X, p, np.zeros((M1, D)))
-    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
-    if WANT_GRAD:
-        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-    else:  # unused by the value: empty stand-ins of the right rank
-        Jp = np.zeros((0, D, J))
-        Jup = np.zeros((0, D, D, J))
-    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
-    keep = 1.0 - alpha
-    scale = keep * (1.0 - ridge)
-    diag = keep * ridge_diag + alpha * c
+    F, Ju, Jp, Jup = model_terms(t, X, p)
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
     nll, gp, gs, a = nk.general(
         phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET, INFER_SIGMA
     )
@@ -92,21 +104,10 @@ def banded_kernel(p, sigma2, alpha, buf):
     Gp, Gd = nk.unpack3(buf, o, 5), nk.unpack3(buf, o, 6)
     bb, W, fixed_s2 = nk.unpack2(buf, o, 7), nk.unpack2(buf, o, 8), nk.unpack1(buf, o, 9)
     tilt, ref, scalars = nk.unpack1(buf, o, 10), nk.unpack1(buf, o, 11), nk.unpack1(buf, o, 12)
-    ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
+    offset = scalars[2]
     p = np.ascontiguousarray(p)
-    M1, D, J = t.size, X.shape[1], p.size
-    F = f(t, X, p, np.zeros((M1, D)))
-    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
-    if WANT_GRAD:
-        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-    else:
-        Jp = np.zeros((0, D, J))
-        Jup = np.zeros((0, D, D, J))
-    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
-    keep = 1.0 - alpha
-    scale = keep * (1.0 - ridge)
-    diag = keep * ridge_diag + alpha * c
+    F, Ju, Jp, Jup = model_terms(t, X, p)
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
     nll, gp, gs = nb.banded(
         start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET
     )
@@ -122,28 +123,19 @@ def operator_kernel(p, sigma2, alpha, buf):
     ops, OX, Psi = nk.unpack3(buf, o, 3), nk.unpack3(buf, o, 4), nk.unpack2(buf, o, 5)
     W, fixed_s2 = nk.unpack2(buf, o, 6), nk.unpack1(buf, o, 7)
     tilt, ref, scalars = nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9), nk.unpack1(buf, o, 10)
-    ridge, c, offset, ridge_diag = scalars[0], scalars[1], scalars[2], scalars[3]
+    offset = scalars[2]
     p = np.ascontiguousarray(p)
-    M1, D, J = t.size, X.shape[1], p.size
     zt, zu = np.zeros(1), np.zeros((1, 0))
-    F = f(t, X, p, np.zeros((M1, D)))
-    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
+    F, Ju, Jp, Jup = model_terms(t, X, p)
     Cq = c_fn(zt, zu, p, np.zeros((1,) + SHAPE_C))[0]
     beta = b_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA))[0]
     if WANT_GRAD:
-        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
         Cp = cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P))[0]
         bp = bp_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA_P))[0]
     else:
-        Jp = np.zeros((0, D, J))
-        Jup = np.zeros((0, D, D, J))
         Cp = np.zeros(SHAPE_C_P)
         bp = np.zeros(SHAPE_BETA_P)
-    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
-    keep = 1.0 - alpha
-    scale = keep * (1.0 - ridge)
-    diag = keep * ridge_diag + alpha * c
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
     nll, gp, gs = nk.operator(
         phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, WANT_GRAD,
         LOGDET,
@@ -166,6 +158,9 @@ def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
         out[1 + J :] = gs[:n_s2]
     return 0
 
+
+#: helpers compiled into the module of every kind that calls model functions
+HELPERS = (model_terms, noise_terms)
 
 #: the template of each kernel kind (:attr:`WeakForm.kind <pymc_wendy.weak.form.WeakForm.kind>`)
 #: and the model functions it calls, by the name it calls them: a new kind of model adds its

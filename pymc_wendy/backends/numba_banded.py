@@ -22,17 +22,10 @@ import numba
 import numpy as np
 
 from pymc_wendy.backends import lapack
+from pymc_wendy.backends.numba_kernels import all_finite
 from pymc_wendy.weak.banded import selected_inverse
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
-@numba.njit(cache=True)
-def _finite(a: np.ndarray) -> bool:
-    for x in a.ravel():
-        if not np.isfinite(x):
-            return False
-    return True
 
 
 @numba.njit(cache=True)
@@ -153,7 +146,7 @@ def banded(start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2raw, W, scale, diag, 
     n = K * D
     gp = np.zeros(J)
     gs = np.zeros(D)
-    if not (_finite(F) and _finite(Ju) and _finite(s2raw)) or np.any(s2raw < 0.0):
+    if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
     v = np.empty((M1, D))
     for m in range(M1):

@@ -40,7 +40,8 @@ _LOG_2PI = math.log(2.0 * math.pi)
 
 
 @numba.njit(cache=True)
-def _all_finite(a: np.ndarray) -> bool:
+def all_finite(a: np.ndarray) -> bool:
+    """Whether every entry of ``a`` is finite (no temporary boolean array)."""
     for x in a.ravel():
         if not np.isfinite(x):
             return False
@@ -200,7 +201,7 @@ def general(
     n = K * D
     gp = np.zeros(J)
     gs = np.zeros(D)
-    if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
+    if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs, np.zeros(n)
     s2 = scale * s2raw
     phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
@@ -287,9 +288,9 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, sc
     J = Jp.shape[2]
     gp = np.zeros(J)
     gs = np.zeros(D)
-    if not (_all_finite(F) and _all_finite(Ju) and _all_finite(s2raw)) or np.any(s2raw < 0.0):
+    if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
-    if not (_all_finite(C) and _all_finite(beta)):
+    if not (all_finite(C) and all_finite(beta)):
         return np.inf, gp, gs
     s2 = scale * s2raw
     r = _operator_residual(phi, F, OX, Psi, C, beta)
@@ -430,7 +431,7 @@ def linear(blocks, blk_e, blk_q, blk_d, blk_d2, r0, G, p, w_state, diag, want_gr
     P = (J + 1) * (J + 2) // 2
     gp = np.zeros(J)
     gw = np.zeros(E)
-    if not (_all_finite(p) and _all_finite(w_state)) or np.any(w_state < 0.0):
+    if not (all_finite(p) and all_finite(w_state)) or np.any(w_state < 0.0):
         return np.inf, gp, gw
     pt, wpair = _pair_weights(p)
     ST = _linear_covariance(blocks, blk_e, blk_q, blk_d, blk_d2, w_state, wpair, n)
@@ -578,12 +579,6 @@ def kernel_inputs(
     else:
         spec = lik.form.kernel_spec()
         kind = spec.kind
-        if free_initial and kind == "banded":
-            raise ValueError(
-                "an initial state with a prior needs dense test functions: the local ones "
-                "(test_functions='local', the default above 4097 points) have no row that "
-                "reads the first time point; pass test_functions='default'"
-            )
         data = (*spec.arrays, np.asarray(lik.sigma, dtype=float) ** 2)
     return kind, _pack((*data, tilt, ref, scalars))
 

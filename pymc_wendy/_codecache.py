@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -30,6 +31,16 @@ def jitted(name: str, source: str) -> list[str]:
     generated ``def`` (:func:`pymc_wendy.model.codegen.generate`) whose own name is replaced."""
     src = re.sub(r"^def \w+\(", f"def _{name}_source(", source, count=1)
     return ["", "", src.rstrip(), f"{name} = numba.njit(cache=True)(_{name}_source)"]
+
+
+def sources(*functions) -> dict[str, str]:
+    """``{name: source}`` of template ``functions``, read when called.
+
+    A template module calls this at import, so the code a process generates is the code it
+    imported even if the file changes on disk while it runs (an upgrade, an edit during a
+    long study): :func:`inspect.getsource` reads the file at call time, and a later read
+    could pair the old line numbers with the new text."""
+    return {fn.__name__: inspect.getsource(fn).rstrip() for fn in functions}
 
 
 def cache_dir() -> Path:
@@ -80,5 +91,9 @@ def load_module(source: str, prefix: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # numba's cache looks functions up by their module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # a later call tries again instead of finding half a module
+        raise
     return module

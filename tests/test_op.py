@@ -136,6 +136,43 @@ def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path
     assert not (blocker / "kernels").exists()
 
 
+def test_generated_kernels_do_not_read_the_library_files_again(monkeypatch):
+    # a study once ran on while its library was edited: inspect.getsource re-read the changed
+    # file with the old line numbers and wrote a broken kernel module; the templates' sources
+    # are now read at import
+    import inspect
+    import linecache
+
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U, sigma=0.1, linear="general")
+    before = kernel_cache._kernel_source(
+        "general", lik.form.kernel_spec(), infer_sigma=False, want_grad=True, logdet=True
+    )
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a library file was read after import")
+
+    monkeypatch.setattr(inspect, "getsource", boom)
+    monkeypatch.setattr(linecache, "getlines", boom)
+    after = kernel_cache._kernel_source(
+        "general", lik.form.kernel_spec(), infer_sigma=False, want_grad=True, logdet=True
+    )
+    assert after == before
+    compile(after, "<kernel>", "exec")
+
+
+def test_a_generated_module_that_fails_to_import_is_not_left_half_loaded(tmp_path, monkeypatch):
+    from pymc_wendy import _codecache
+
+    monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(tmp_path))
+    source = "x = 1\n  y = 2\n"
+    for _ in range(2):  # the second call raises the same error, not a missing attribute
+        with pytest.raises(IndentationError):
+            _codecache.load_module(source, "pymc_wendy_test_broken_")
+    assert not [m for m in sys.modules if m.startswith("pymc_wendy_test_broken_")]
+
+
 def _verify_grad(lik, p, mode):
     rng = np.random.default_rng(5)
     # relative coordinates keep finite differences well scaled for parameters of any size

@@ -15,9 +15,7 @@ benchmarks).
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
-import inspect
 from collections.abc import Callable
 from pathlib import Path
 
@@ -107,7 +105,7 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         "from pymc_wendy.backends import numba_banded as nb",
         "from pymc_wendy.backends import numba_kernels as nk",
         "",
-        f"# library: {_library_digest()}",
+        f"# library: {_LIBRARY_DIGEST}",
         f"INFER_SIGMA = {bool(infer_sigma)}",
         f"WANT_GRAD = {bool(want_grad)}",
         f"LOGDET = {bool(logdet)}",
@@ -124,17 +122,20 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
     )
     for fn, jit in entries:
-        lines += ["", "", inspect.getsource(fn).rstrip(), f"{jit}({fn.__name__})"]
+        lines += ["", "", kernel_templates.SOURCES[fn.__name__], f"{jit}({fn.__name__})"]
     return "\n".join(lines) + "\n"
 
 
-@functools.cache
 def _library_digest() -> str:
     """A digest of the compiled code a kernel module calls: numba caches a module's functions
-    by its own source only, so a change of the library must change the module's source."""
+    by its own source only, so a change of the library must change the module's source.
+    Read once at import (:data:`_LIBRARY_DIGEST`), as the templates' sources are."""
     h = hashlib.sha256(numba.__version__.encode())
     here = Path(__file__).parent
     mods = ("numba_kernels", "numba_banded", "lapack", "kernel_templates", "kernel_cache")
     for mod in (*mods, "../weak/banded"):
         h.update((here / f"{mod}.py").read_bytes())
     return h.hexdigest()[:16]
+
+
+_LIBRARY_DIGEST = _library_digest()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from pymc_wendy._codecache import sources
 from pymc_wendy.backends import numba_banded as nb
 from pymc_wendy.backends import numba_kernels as nk
 
@@ -191,3 +192,6 @@ OPERATOR_SHAPES = {
     "SHAPE_C_P": "C_p",
     "SHAPE_BETA_P": "beta_p",
 }
+
+#: every template's source as imported (:func:`pymc_wendy._codecache.sources`)
+SOURCES = sources(*HELPERS, c_kernel, *(template for template, _ in TEMPLATES.values()))

@@ -20,7 +20,6 @@ with breakpoints, bolus doses, derivative terms) keep :func:`~pymc_wendy.model.s
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,7 +81,7 @@ def _build(model: ODEModel) -> CompiledSolver:
         lines += [
             "",
             "",
-            inspect.getsource(fn).rstrip(),
+            solver_templates.SOURCES[fn.__name__],
             f"{fn.__name__} = numba.njit(cache=True)({fn.__name__})",
         ]
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")

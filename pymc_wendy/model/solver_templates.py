@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_wendy._codecache import sources
+
 # Bound by the generated module (placeholders, see the module doc).
 D = J = P = 0
 f = f_u = f_p = None
@@ -51,3 +53,6 @@ def sensitivity_rhs(t, y, p):
 
 #: the functions a solver module compiles, in order
 FUNCTIONS = (rhs, jac, sensitivity_rhs)
+
+#: their sources as imported (:func:`pymc_wendy._codecache.sources`)
+SOURCES = sources(*FUNCTIONS)

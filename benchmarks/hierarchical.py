@@ -61,6 +61,7 @@ def main() -> None:
     ap.add_argument("--whiten", default=None, help="True, False or auto (default: pw.sample's)")
     ap.add_argument("--tune", type=int, default=None, help="default: pw.sample's")
     ap.add_argument("--adaptation", default=None, help="nutpie's mass matrix adaptation")
+    ap.add_argument("--chains", type=int, default=None, help="default: pw.sample's")
     args = ap.parse_args()
     m = model(units(), centred=args.centred)
     names = [v.name for v in m.free_RVs] + ["rate"]
@@ -74,6 +75,8 @@ def main() -> None:
                 extra["whiten"] = {"True": True, "False": False}.get(args.whiten, args.whiten)
             if args.tune is not None:
                 extra["tune"] = args.tune
+            if args.chains is not None:
+                extra["chains"] = args.chains
             if args.adaptation is not None:
                 extra["nuts"] = {"adaptation": args.adaptation}
             idata = pw.sample(args.draws, random_seed=seed, progressbar=False, **extra)

@@ -72,28 +72,6 @@ def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
 
 
 @numba.njit(cache=True)
-def _covariance_solve(LT, LsT, r, diag, logdet, want_grad):
-    """``S = Ls Ls^T + diag I`` (``LsT.T = L Sigma^1/2``) by a rank-k update, its Cholesky
-    factor, ``a = S^{-1} r`` and the NLL (the quadratic form alone without ``logdet``), and
-    when the gradient needs it ``YT`` with ``YT.T = S^{-1} L``. Returns ``(ok, nll, a, YT)``;
-    ``ok`` is False when ``S`` is not positive definite."""
-    n = r.size
-    ST = np.empty((n, n))  # ST.T is the F-ordered S
-    lapack.syrk_lower(LsT.T, ST.T)
-    ok, C, a, nll = _factor_and_nll(ST, r, diag)
-    if not ok:
-        return False, np.inf, a, np.zeros((0, n))
-    if not logdet:
-        nll = 0.5 * np.dot(r, a)
-    if want_grad and logdet:
-        YT = LT.copy()
-        lapack.potrs_lower(C, YT.T)
-    else:  # no gradient, or W = -a a^T: no S^{-1} L term
-        YT = np.zeros((0, n))
-    return True, nll, a, YT
-
-
-@numba.njit(cache=True)
 def _add_pointwise_score(phi, a, Jp, gp):
     """``gp += a^T dr/dp`` through the pointwise part ``Phi f``; returns ``a`` as (K, D)."""
     K, M1 = phi.shape
@@ -294,13 +272,13 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, sc
         return np.inf, gp, gs
     s2 = scale * s2raw
     r = _operator_residual(phi, F, OX, Psi, C, beta)
-    LT, LsT = _operator_linearisation(phi, ops, Ju, C, s2, W)
-    ok, nll, a, YT = _covariance_solve(LT, LsT, r, diag, logdet, want_grad)
+    ok, nll, a, Cf = _covariance_factor(_operator_linearisation(phi, ops, Ju, C, s2, W), r,
+                                        diag, logdet)  # fmt: skip
     if not ok:
         return np.inf, gp, gs
     if not want_grad:
         return nll, gp, gs
-    _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, W, logdet, gp, gs)
+    _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs)
     for e in range(D):
         gs[e] *= 0.5 * scale
     Am = _add_pointwise_score(phi, a, Jp, gp)
@@ -335,14 +313,12 @@ def _operator_residual(phi, F, OX, Psi, C, beta):
 
 @numba.njit(cache=True)
 def _operator_linearisation(phi, ops, Ju, C, s2, W):
-    """``L = Phi Ju + sum_q C_q Phi^(q)`` and its noise-scaled copy, both stored transposed
-    (:func:`_covariance_solve`'s layout)."""
+    """``L Sigma^1/2`` with ``L = Phi Ju + sum_q C_q Phi^(q)``, stored transposed
+    (:func:`_covariance_factor`'s layout)."""
     K, M1 = phi.shape
     D = Ju.shape[1]
     Q = ops.shape[0]
-    n = K * D
-    LT = np.empty((D * M1, n))
-    LsT = np.empty((D * M1, n))
+    LsT = np.empty((D * M1, K * D))
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
@@ -353,43 +329,78 @@ def _operator_linearisation(phi, ops, Ju, C, s2, W):
                     v = phi[k, m] * g
                     for q in range(Q):
                         v += C[q, d, e] * ops[q, k, m]
-                    LT[col, d * K + k] = v
                     LsT[col, d * K + k] = v * se
-    return LT, LsT
+    return LsT
 
 
 @numba.njit(cache=True)
-def _operator_trace_gradient(LT, YT, a, phi, ops, Jup, Cp, s2, W, logdet, gp, gs):
+def _basis_forms(Si, basesT, D):
+    """``Q[a, b, m, d, f] = sum_{k, l} B_a[k, m] S^-1[(d, k), (f, l)] B_b[l, m]`` for the
+    bases ``B`` of the operator path's ``L`` (``basesT[a] = B_a^T``: ``Phi`` and each
+    ``Phi^(q)``), at equal times: the general path's :func:`_quadratic_forms` for ``Q + 1``
+    bases with full blocks."""
+    A, M1, K = basesT.shape
+    Qf = np.zeros((A, A, M1, D, D))
+    for a in range(A):
+        for d in range(D):
+            PS = np.dot(basesT[a], np.ascontiguousarray(Si[d * K : (d + 1) * K, :]))
+            for b in range(A):
+                for m in range(M1):
+                    for f in range(D):
+                        acc = 0.0
+                        for k in range(K):
+                            acc += PS[m, f * K + k] * basesT[b, m, k]
+                        Qf[a, b, m, d, f] = acc
+    return Qf
+
+
+@numba.njit(cache=True)
+def _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs):
     """Adds the trace terms ``<W L Sigma', dL/dp>`` to ``gp`` and the unscaled noise-variance
-    gradient to ``gs`` (``W L = S^-1 L - a (L' a)'``; ``YT`` holds ``S^-1 L``, transposed)."""
+    gradient to ``gs``, with ``W L = S^-1 L - a (L' a)'`` and ``L = sum_a B_a G_a`` over the
+    bases ``B_0 = Phi`` (coefficients ``G_0 = Ju``) and ``B_q = Phi^(q)`` (``G_q = C_q``):
+    ``S^-1`` enters through :func:`_basis_forms` (``Cf`` is the factor of ``S``, overwritten;
+    unused without ``logdet``, where ``W = -a a'``)."""
     K, M1 = phi.shape
-    D = Jup.shape[1]
+    D = Ju.shape[1]
     J = gp.size
-    Q = ops.shape[0]
-    n = K * D
-    for e in range(D):
-        for m in range(M1):
-            col = e * M1 + m
-            sem = s2[e] * W[m, e]
+    A = ops.shape[0] + 1
+    basesT = np.empty((A, M1, K))
+    basesT[0] = phi.T
+    for q in range(A - 1):
+        basesT[q + 1] = ops[q].T
+    Am = np.empty((K, D))
+    for d in range(D):
+        for k in range(K):
+            Am[k, d] = a[d * K + k]
+    Pa = np.empty((A, M1, D))  # B_a^T a_d per time
+    for b in range(A):
+        Pa[b] = np.dot(basesT[b], Am)
+    if logdet:
+        Qf = _basis_forms(_inverse(Cf), basesT, D)
+    G = np.empty((A, D, D))  # the coefficients at one time
+    for m in range(M1):
+        G[0] = Ju[m]
+        for q in range(A - 1):
+            G[q + 1] = C[q]
+        for e in range(D):
             la = 0.0
-            for i in range(n):
-                la += LT[col, i] * a[i]
+            for b in range(A):
+                for d in range(D):
+                    la += G[b, d, e] * Pa[b, m, d]
+            sem = s2[e] * W[m, e]
             acc_s = 0.0
             for d in range(D):
-                acc_b = 0.0
-                for k in range(K):
-                    i = d * K + k
-                    wl = -a[i] * la
+                for b in range(A):
+                    z = -Pa[b, m, d] * la  # sum_k B_b[k, m] (W L)[(d, k), (e, m)]
                     if logdet:
-                        wl += YT[col, i]
-                    acc_s += LT[col, i] * wl
-                    acc_b += phi[k, m] * wl
-                    for q in range(Q):
-                        tq = sem * wl * ops[q, k, m]
-                        for j in range(J):
-                            gp[j] += tq * Cp[q, d, e, j]
-                for j in range(J):
-                    gp[j] += sem * acc_b * Jup[m, d, e, j]
+                        for c in range(A):
+                            for f in range(D):
+                                z += Qf[b, c, m, d, f] * G[c, f, e]
+                    acc_s += G[b, d, e] * z
+                    for j in range(J):
+                        dG = Jup[m, d, e, j] if b == 0 else Cp[b - 1, d, e, j]
+                        gp[j] += sem * z * dG
             gs[e] += W[m, e] * acc_s
 
 

@@ -15,8 +15,22 @@ NOISE_MODELS = ("normal", "lognormal")
 MAGNITUDE_RANGE = (1e-100, 1e100)
 
 
+def check_real(x: Any, name: str) -> None:
+    """Refuse boolean and complex arrays, which numpy's float conversion would turn into 0/1
+    or strip of their imaginary part with only a warning."""
+    kind = np.asarray(x).dtype.kind
+    if kind == "b":
+        raise ValueError(f"{name} is boolean (True/False); the weak form fits numbers")
+    if kind == "c":
+        raise ValueError(
+            f"{name} is complex; the weak form fits real data: pass {name}.real, or the real "
+            "and imaginary parts as separate states"
+        )
+
+
 def check_times(t: Any) -> np.ndarray:
     """A 1-D, finite, strictly increasing array of at least two times, as floats."""
+    check_real(t, "t")
     t = np.asarray(t, dtype=float)
     if t.ndim != 1:
         raise ValueError(f"t must be a 1-D array of time points, got shape {t.shape}")
@@ -44,6 +58,7 @@ def check_times(t: Any) -> np.ndarray:
 def check_data(t: Any, U: Any, n_states: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Validate a time grid and a data matrix (rows = time points) and return float arrays."""
     t = check_times(t)
+    check_real(U, "U")
     U = np.asarray(U, dtype=float)
     if U.ndim == 1 and n_states == 1:
         U = U[:, None]

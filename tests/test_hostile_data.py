@@ -441,3 +441,18 @@ def test_local_test_functions_on_a_short_series_warn_that_they_cannot_determine_
     with warnings.catch_warnings():
         warnings.simplefilter("error", ShortSeriesWarning)
         pw.WeakLikelihood(prob.model, long.t, long.U, test_functions="local")
+
+
+@pytest.mark.parametrize(
+    ("which", "cast", "match"),
+    [
+        ("U", lambda a: a > a.mean(), "U is boolean"),
+        ("U", lambda a: a + 0.5j, "U is complex"),
+        ("t", lambda a: a.astype(complex), "t is complex"),
+    ],
+)
+def test_boolean_and_complex_arrays_are_refused(which, cast, match):
+    # numpy's float conversion would give 0/1, or drop the imaginary part with a warning only
+    t, U = (cast(DATA.t), DATA.U) if which == "t" else (DATA.t, cast(DATA.U))
+    with pytest.raises(ValueError, match=match):
+        pw.fit(P.model, t, U)

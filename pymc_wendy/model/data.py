@@ -32,6 +32,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from pymc_wendy._validation import check_real
+
 __all__ = [
     "InitialState",
     "MissingDataWarning",
@@ -272,6 +274,7 @@ def as_data(
             "or an xarray DataArray with a time coordinate"
         )
     t, origin, unit = as_times(t, time_unit)
+    check_real(U, "U")
     try:
         U = np.asarray(U, dtype=float)
     except (TypeError, ValueError) as exc:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the same imports
     from pymc_wendy.backends import WeakLogLikelihoodOp, weak_loglik
     from pymc_wendy.bayes import (
+        DivergenceWarning,
         SFTWarning,
         WeakODELikelihood,
         compare,
@@ -89,6 +90,7 @@ __all__ = [
     "PROBLEMS",
     "BiasCorrection",
     "CovarianceError",
+    "DivergenceWarning",
     "Doses",
     "FitResult",
     "FitWarning",
@@ -145,7 +147,7 @@ __all__ = [
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "pymc_wendy.backends": ("WeakLogLikelihoodOp", "weak_loglik"),
     "pymc_wendy.bayes": (
-        "SFTWarning", "WeakODELikelihood", "compare", "compute_log_likelihood",
+        "DivergenceWarning", "SFTWarning", "WeakODELikelihood", "compare", "compute_log_likelihood",
         "experiment_log_likelihood", "forward_correction", "forward_model", "initial_values",
         "laplace", "sample", "sample_sft",
     ),

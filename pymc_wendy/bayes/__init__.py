@@ -9,11 +9,13 @@ from pymc_wendy.bayes.comparison import (
 )
 from pymc_wendy.bayes.correction import forward_correction
 from pymc_wendy.bayes.distribution import WeakODELikelihood
+from pymc_wendy.bayes.divergences import DivergenceWarning
 from pymc_wendy.bayes.forward import forward_model
 from pymc_wendy.bayes.sampling import initial_values, laplace, sample
 from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 
 __all__ = [
+    "DivergenceWarning",
     "SFTWarning",
     "WeakODELikelihood",
     "compare",

@@ -15,6 +15,7 @@ per data set and method, and the mean and sd of the standardised errors (``summa
 
 Run:  python benchmarks/validation.py [--problems a,b] [--datasets N] [--workers W]
       [--stage cheap|nuts|all] [--report-only] [--markdown] [--figures DIR]
+      [--test-functions default|local] [--noise 0.05,0.1,0.2]
 """
 
 from __future__ import annotations
@@ -37,19 +38,24 @@ CHEAP = ["mle-sandwich", "mle-hessian", "laplace"]
 SAMPLE_OPTIONS = {"draws": 500, "tune": 500, "chains": 2}
 
 
-def run(problem, methods, n_datasets, workers=1, progress=False, execute=True):
+def run(
+    problem, methods, n_datasets, workers=1, progress=False, execute=True, local=False, noise=NOISE
+):
+    """The study of one problem; ``local`` uses local test functions (store ``local/``, the
+    same seeds and so the same data sets as the default study)."""
     return pw.run_coverage(
         problem,
         methods=methods,
-        noise_ratios=NOISE,
+        noise_ratios=noise,
         n_points=N_POINTS,
         n_datasets=n_datasets,
         level=0.95,
         seed=2026,
-        store=ROOT / problem,
+        store=ROOT / "local" / problem if local else ROOT / problem,
         max_workers=workers,
         progress=progress,
         sample_options=SAMPLE_OPTIONS,
+        fit_options={"test_functions": "local"} if local else None,
         execute=execute,
     )
 
@@ -178,16 +184,25 @@ def main(argv=None) -> None:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--markdown", action="store_true", help="also print the docs' tables")
     ap.add_argument("--figures", type=Path, help="write the docs' figures to this directory")
+    ap.add_argument(
+        "--test-functions", choices=["default", "local"], default="default",
+        help="local: the study with test_functions='local', in results/validation/local/",
+    )  # fmt: skip
+    ap.add_argument("--noise", default=",".join(map(str, NOISE)), help="noise ratios")
     args = ap.parse_args(argv)
+    opts = {
+        "local": args.test_functions == "local",
+        "noise": [float(x) for x in args.noise.split(",")],
+    }
     problems = [p for p in args.problems.split(",") if p]
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}
     methods = CHEAP + ["nuts"]
     if not args.report_only:
         for stage in stages[args.stage]:
             for problem in problems:
-                run(problem, stage, args.datasets, args.workers, not args.no_progress)
+                run(problem, stage, args.datasets, args.workers, not args.no_progress, **opts)
     for problem in problems:
-        ds = run(problem, methods, args.datasets, execute=False)
+        ds = run(problem, methods, args.datasets, execute=False, **opts)
         report(problem, ds)
         if args.markdown:
             markdown(problem, ds)

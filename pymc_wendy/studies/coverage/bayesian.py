@@ -85,6 +85,7 @@ def _corrected_fits(task: Task, datasets: list, correction: str) -> list:
                 bias_correction=correction,
                 inputs=d.inputs,
                 sigma=task.fit_options.get("sigma"),
+                test_functions=task.fit_options.get("test_functions"),
             )
             for d in datasets
         ]
@@ -93,9 +94,10 @@ def _corrected_fits(task: Task, datasets: list, correction: str) -> list:
 def _posterior_model(
     task: Task, datasets: list, corrections: list, several: bool, infer_sigma: bool = False
 ):
-    """The PyMC model: :func:`default_priors` and one weak likelihood per data set; with
-    ``infer_sigma`` a noise level per state, ``HalfNormal`` on the data's scale (so that
-    the posterior does not depend on units)."""
+    """The PyMC model: :func:`default_priors` and one weak likelihood per data set (with the
+    study's ``fit_options["test_functions"]``, if any); with ``infer_sigma`` a noise level
+    per state, ``HalfNormal`` on the data's scale (so that the posterior does not depend on
+    units)."""
     import pymc as pm
 
     from pymc_wendy.bayes.distribution import WeakODELikelihood
@@ -121,6 +123,7 @@ def _posterior_model(
                 sigma=sigma if c is None else c.sigma,
                 bias_correction=c,
                 inputs=d.inputs,
+                test_functions=task.fit_options.get("test_functions"),
             )
     return model
 

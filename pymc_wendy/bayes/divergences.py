@@ -78,8 +78,8 @@ def divergence_report(idata, scales: Collection[str] = ()) -> str | None:
     name, label, q = found
     side = "large" if q > 0.5 else "small"
     where = (
-        f"{head}, at {side} {label} (their median is at the {100 * q:.0f}th percentile of "
-        "its posterior)"
+        f"{head}, at {side} {label} (their median sits at percentile {100 * q:.0f} of its "
+        "posterior)"
     )
     if name in scales and side == "large":
         advice = (

@@ -24,6 +24,8 @@ import argparse
 import os
 from pathlib import Path
 
+import numpy as np
+
 import pymc_wendy as pw
 from pymc_wendy.studies.coverage import summarize
 
@@ -94,6 +96,45 @@ def report(problem: str, ds) -> None:
                 f"{'':<22} z-score mean/sd [{zcells}] "
                 f"(s.e. {float(s['zscore_mean_se'].sel(sel).mean()):.2f}/"
                 f"{float(s['zscore_sd_se'].sel(sel).mean()):.2f})"
+            )
+
+
+def compare_local(problem: str, noise) -> None:
+    """The local-test-function study against the default one on the same data sets: per
+    noise level and method, coverage of each, the mean interval width and the root mean
+    squared error of local over default (paired, per parameter)."""
+    methods = CHEAP + ["nuts"]
+    base = run(problem, methods, 100, execute=False, noise=noise)
+    local = run(problem, methods, 100, execute=False, local=True, noise=noise)
+    print(f"\n## {problem}: local test functions against the default (same data sets)")
+    for nr in noise:
+        for est in ("mle-hessian", "nuts"):
+            sel = {"estimator": est, "noise_ratio": nr}
+            a, b = base.sel(sel).squeeze("n_points"), local.sel(sel).squeeze("n_points")
+            both = np.isfinite(a["estimate"]).all("param") & np.isfinite(b["estimate"]).all("param")
+            if int(both.sum()) == 0:
+                continue
+            a, b = a.sel(dataset=both), b.sel(dataset=both)
+
+            def width(d):
+                iv = d["interval"]
+                return (iv.sel(bound="upper") - iv.sel(bound="lower")).mean("dataset")
+
+            def rmse(d):
+                return np.sqrt(((d["estimate"] - d["truth"]) ** 2).mean("dataset"))
+
+            cov = " ".join(
+                f"{float(x):.2f}/{float(y):.2f}"
+                for x, y in zip(
+                    a["covered"].mean("dataset"), b["covered"].mean("dataset"), strict=True
+                )
+            )
+            w = " ".join(f"{float(v):.2f}" for v in width(b) / width(a))
+            r = " ".join(f"{float(v):.2f}" for v in rmse(b) / rmse(a))
+            t = float(b["wall_time"].mean()) / float(a["wall_time"].mean())
+            print(
+                f"  nr={nr:<5} {est:<12} n={int(both.sum()):<4} coverage default/local [{cov}]\n"
+                f"{'':<20}width local/default [{w}]  rmse local/default [{r}]  time {t:.2f}x"
             )
 
 
@@ -189,12 +230,20 @@ def main(argv=None) -> None:
         help="local: the study with test_functions='local', in results/validation/local/",
     )  # fmt: skip
     ap.add_argument("--noise", default=",".join(map(str, NOISE)), help="noise ratios")
+    ap.add_argument(
+        "--compare-local", action="store_true",
+        help="only compare the local study with the default one (what both stores hold)",
+    )  # fmt: skip
     args = ap.parse_args(argv)
     opts = {
         "local": args.test_functions == "local",
         "noise": [float(x) for x in args.noise.split(",")],
     }
     problems = [p for p in args.problems.split(",") if p]
+    if args.compare_local:
+        for problem in problems:
+            compare_local(problem, opts["noise"])
+        return
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}
     methods = CHEAP + ["nuts"]
     if not args.report_only:

@@ -173,3 +173,12 @@ def test_weak_least_squares_rejects_an_overflowing_trial_step_quietly():
         warnings.simplefilter("error")
         p, _, _ = solve_wls(Steep(), [1.0], max_iter=3)
     assert p.tolist() == [1.0]  # 30 halvings leave the step at 1e151: no descent, no move
+
+
+def test_params_given_as_a_variable_name_are_refused_with_the_fix():
+    P = pw.get_problem("logistic")
+    d = P.simulate(n_points=33, noise_ratio=0.05, seed=0)
+    with pm.Model():
+        pm.Normal("p", 0, 10, shape=P.model.n_params)
+        with pytest.raises(TypeError, match=r"got the string 'p': pass the variable itself"):
+            WeakODELikelihood("U", ode=P.model, params="p", t=d.t, observed=d.U)

@@ -259,6 +259,29 @@ def test_undefined_points_give_minus_infinity_not_exceptions():
         assert np.isfinite(value)
 
 
+@pytest.mark.parametrize(("linear", "test_functions"), [("auto", None), ("general", None),
+                                                       ("general", "local")])  # fmt: skip
+def test_parameters_whose_squares_overflow_are_an_impossible_point_not_nan(linear, test_functions):
+    # S(p) holds products of parameters: at 1e160 they overflow, LAPACK factors the infinite
+    # matrix without an error, and the value was NaN (a sampler must see -inf); the numpy
+    # reference raises its CovarianceError as for any S that cannot be factored
+    from pymc_wendy.weak.kernels import CovarianceError
+
+    prob = get_problem("lotka_volterra")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U, linear=linear, test_functions=test_functions)
+    x, s = pt.dvector("p"), pt.dvector("sigma")
+    out = weak_loglik(lik, x, s)
+    f = pytensor.function([x, s], [out, *pytensor.grad(out, [x, s])], mode="NUMBA")
+    for big in (1e160, 1e300):
+        value, gp, gs = f(np.array([big, -1.0, -6.0, 1.0]), lik.sigma)
+        assert value == -np.inf and np.all(gp == 0) and np.all(gs == 0)
+    value, _, _ = f(np.array([1e100, -1.0, -6.0, 1.0]), lik.sigma)
+    assert np.isfinite(value)  # large, but S's entries (1e200) still fit
+    with pytest.raises(CovarianceError, match="overflow|not positive definite"):
+        lik.nll(np.array([1e160, -1.0, -6.0, 1.0]))
+
+
 def test_op_rejects_wrong_input_shapes():
     prob = get_problem("lotka_volterra")
     data = prob.simulate(n_points=129, noise_ratio=0.05, seed=1)

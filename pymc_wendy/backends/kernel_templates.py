@@ -45,7 +45,7 @@ def linear_kernel(p, sigma2, alpha, buf):
     nll, gp, gw = nk.linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, WANT_GRAD, LOGDET)
     if not LOGDET:
         nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
-    return nll, gp, gw * (keep * scale)
+    return nk.finite_or_failed(nll, gp, gw * (keep * scale))
 
 
 def model_terms(t, X, p):
@@ -94,7 +94,7 @@ def general_kernel(p, sigma2, alpha, buf):
         nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
     if free:
         gp = np.concatenate((gp, nk.initial_row_gradient(phi, dphi, Ju, a, WANT_GRAD)))
-    return nll, gp, gs
+    return nk.finite_or_failed(nll, gp, gs)
 
 
 def banded_kernel(p, sigma2, alpha, buf):
@@ -114,7 +114,7 @@ def banded_kernel(p, sigma2, alpha, buf):
     )
     if not LOGDET:
         nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
-    return nll, gp, gs
+    return nk.finite_or_failed(nll, gp, gs)
 
 
 def operator_kernel(p, sigma2, alpha, buf):
@@ -143,7 +143,7 @@ def operator_kernel(p, sigma2, alpha, buf):
     )  # fmt: skip
     if not LOGDET:
         nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
-    return nll, gp, gs
+    return nk.finite_or_failed(nll, gp, gs)
 
 
 def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):

@@ -548,6 +548,16 @@ def _add_pair_gradient(T, pt, wpair, w_state, gp, gw):
 
 
 @numba.njit(cache=True)
+def finite_or_failed(nll, gp, gs):
+    """``(nll, gp, gs)``, or ``(inf, 0, 0)`` (an impossible point) when any is not finite:
+    entries of ``S`` that overflow (parameters near 1e155 and beyond, squared in ``S``)
+    factor without an error from LAPACK and give NaN, which a sampler must not see."""
+    if math.isfinite(nll) and all_finite(gp) and all_finite(gs):
+        return nll, gp, gs
+    return np.inf, np.zeros_like(gp), np.zeros_like(gs)
+
+
+@numba.njit(cache=True)
 def apply_tilt(nll, gp, p, tilt, ref, offset, want_grad):
     """The bias-corrected objective's linear tilt (:mod:`pymc_wendy.weak.bias`) added in place."""
     if np.isfinite(nll):

@@ -530,6 +530,11 @@ def _params_vector(params, model: ODEModel) -> pt.TensorVariable:
             if x.type.ndim != 0:
                 raise ValueError(f"parameter {name!r} must be a scalar; got {x.type}")
         return pt.stack(items)
+    if isinstance(params, str):
+        raise TypeError(
+            f"params must be a tensor (a vector of the {J} parameters) or a list of scalars; "
+            f"got the string {params!r}: pass the variable itself (e.g. model[{params!r}])"
+        )
     p = pt.as_tensor_variable(params).astype("float64")
     if p.type.ndim != 1 or p.type.shape[0] not in (None, J):
         raise ValueError(

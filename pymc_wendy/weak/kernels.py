@@ -90,12 +90,20 @@ def check_finite(name: str, arr: np.ndarray, t: np.ndarray | None = None) -> Non
 def cholesky(S: np.ndarray) -> np.ndarray:
     """Lower Cholesky factor of ``S``, raising :class:`CovarianceError` with a clear message."""
     try:
-        return sla.cholesky(S, lower=True, check_finite=False)
+        C = sla.cholesky(S, lower=True, check_finite=False)
     except np.linalg.LinAlgError as exc:
         raise CovarianceError(
             "the weak-residual covariance S(p) is not positive definite "
             f"(size {S.shape[0]}, {exc}); the noise level may be zero or the parameters extreme"
         ) from None
+    # entries that overflowed (parameters near 1e155 and beyond, squared in S) factor without
+    # an error from LAPACK and give NaN
+    if not np.all(np.isfinite(C.diagonal())):
+        raise CovarianceError(
+            f"the weak-residual covariance S(p) (size {S.shape[0]}) has entries that overflow "
+            "double precision; the parameters are extreme"
+        )
+    return C
 
 
 def solve_covariance(C: np.ndarray, B: np.ndarray) -> np.ndarray:

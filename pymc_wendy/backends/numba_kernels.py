@@ -378,11 +378,11 @@ def _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp,
         Pa[b] = np.dot(basesT[b], Am)
     if logdet:
         Qf = _basis_forms(_inverse(Cf), basesT, D)
-    G = np.empty((A, D, D))  # the coefficients at one time
+    G = np.empty((A, D, D))  # the coefficients at one time: Ju[m], then the constant C_q
+    for q in range(A - 1):
+        G[q + 1] = C[q]
     for m in range(M1):
         G[0] = Ju[m]
-        for q in range(A - 1):
-            G[q + 1] = C[q]
         for e in range(D):
             la = 0.0
             for b in range(A):

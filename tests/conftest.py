@@ -11,6 +11,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+# PyMC's rich progress bars bind ``sys.stderr`` when this module is first imported
+# (``from sys import stderr``). Imported first inside a test that uses ``capsys``, they keep
+# that test's capture stream, and every later progress bar writes to a closed file.
+import pymc.progress_bar.rich_progress  # noqa: E402, F401
+
 
 def central_differences(
     fun: Callable, x: np.ndarray, rel_step: float = 1e-5, floor: float = 1e-3

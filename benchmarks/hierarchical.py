@@ -35,10 +35,14 @@ def units(n: int = 5) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def model(data, centred: bool = False) -> pm.Model:
+def model(data, centred: bool = False, partial: float | None = None) -> pm.Model:
     with pm.Model(coords={"unit": range(len(data))}) as m:
         mu, tau = pm.Normal("mu", 3, 2), pm.HalfNormal("tau", 1)
-        if centred:
+        if partial is not None:
+            w = partial
+            r = pm.Normal("r", w * mu, tau**w, dims="unit")
+            rate = pm.Deterministic("rate", mu + tau ** (1 - w) * (r - w * mu), dims="unit")
+        elif centred:
             rate = pm.Normal("rate", mu, tau, dims="unit")
         else:
             z = pm.Normal("z", 0, 1, dims="unit")
@@ -56,6 +60,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--centred", action="store_true")
+    ap.add_argument("--partial", type=float, default=None, help="partially centred, weight w")
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--target-accept", type=float, default=None, help="default: pw.sample's")
     ap.add_argument("--whiten", default=None, help="True, False or auto (default: pw.sample's)")
@@ -63,7 +68,7 @@ def main() -> None:
     ap.add_argument("--adaptation", default=None, help="nutpie's mass matrix adaptation")
     ap.add_argument("--chains", type=int, default=None, help="default: pw.sample's")
     args = ap.parse_args()
-    m = model(units(), centred=args.centred)
+    m = model(units(), centred=args.centred, partial=args.partial)
     names = [v.name for v in m.free_RVs] + ["rate"]
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.seeds):

@@ -268,6 +268,6 @@ def test_long_series_default_is_local():
     U = 1.0 + 0.1 * np.sin(np.column_stack([t, 2 * t]))
     tf = first_order.FirstOrderForm.default_test_functions(t, U, prob.model)
     assert isinstance(tf, LocalTestFunctions)
-    short = prob.simulate(n_points=257, noise_ratio=0.05, seed=1)
-    lik = WeakLikelihood(prob.model, short.t, short.U)
+    edge = prob.simulate(n_points=first_order.LONG_SERIES_POINTS, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, edge.t, edge.U)
     assert not isinstance(lik.test_functions, LocalTestFunctions) and not lik.banded

@@ -116,7 +116,7 @@ def fit(
     test_functions : TestFunctions, dict, "local", or (phi, dphi), optional
         See :class:`WeakLikelihood`. ``"local"``: un-reduced bumps of one radius with a
         banded covariance, linear in the series length (the default for first-order models
-        above 4097 points; ``docs/performance.md``, "Long series"). For several
+        above 1025 points; ``docs/performance.md``, "Long series"). For several
         experiments, a dict of options (or ``"local"``) for all, or a list with one entry per
         experiment.
     ridge : float

@@ -33,7 +33,7 @@ __all__ = ["LONG_SERIES_POINTS", "FirstOrderForm"]
 
 #: Above this many time points the default test functions of a first-order model are local
 #: ones (:meth:`FirstOrderForm.default_test_functions`).
-LONG_SERIES_POINTS = 4097
+LONG_SERIES_POINTS = 1025
 
 
 @register_form
@@ -63,9 +63,9 @@ class FirstOrderForm(WeakForm):
         higher-order models; ``docs/data.md`` has the measurements). Above
         :data:`LONG_SERIES_POINTS` points on a uniform grid without doses, local test
         functions (:func:`~pymc_wendy.weak.test_functions.build_local_test_functions`): the
-        SVD of the stacked bumps costs about ``M^3`` (152 s and 4.2 GB at 4097 points), and
-        at 2049 points local ones were as accurate (``docs/performance.md``, "Long
-        series")."""
+        SVD of the stacked bumps costs about ``M^3`` (10 s at 2049 points, 152 s and 4.2 GB
+        at 4097), and at 2049 and 4097 points local ones were as accurate
+        (``docs/performance.md``, "Long series")."""
         D, J = X.shape[1], model.n_params
         if t.size > LONG_SERIES_POINTS and not any(np.size(v) for v in where.values()):
             try:

@@ -99,7 +99,7 @@ class WeakLikelihood:
         (:func:`pymc_wendy.weak.banded.use_banded`) value, gradient and the optimiser's
         Newton model cost ``O(M)`` (``docs/performance.md``, "Long series"). None: the
         form's default, for a first-order model WENDy's SVD construction, local test
-        functions above 4097 points (``first_order.LONG_SERIES_POINTS``).
+        functions above 1025 points (``first_order.LONG_SERIES_POINTS``).
     ridge : float
         ``S <- (1 - ridge) S + ridge c I``, relative to the size ``c`` of ``S`` (the leading
         test-function operator's mean squared row norm times the smallest noise variance),

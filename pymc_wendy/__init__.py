@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the s
         experiment_log_likelihood,
         forward_correction,
         forward_model,
+        hierarchical_normal,
         initial_values,
         laplace,
         sample,
@@ -124,6 +125,7 @@ __all__ = [
     "experiment_log_likelihood",
     "fit",
     "get_problem",
+    "hierarchical_normal",
     "initial_values",
     "input_output",
     "laplace",
@@ -148,8 +150,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pymc_wendy.backends": ("WeakLogLikelihoodOp", "weak_loglik"),
     "pymc_wendy.bayes": (
         "DivergenceWarning", "SFTWarning", "WeakODELikelihood", "compare", "compute_log_likelihood",
-        "experiment_log_likelihood", "forward_correction", "forward_model", "initial_values",
-        "laplace", "sample", "sample_sft",
+        "experiment_log_likelihood", "forward_correction", "forward_model", "hierarchical_normal",
+        "initial_values", "laplace", "sample", "sample_sft",
     ),
     "pymc_wendy.estimators": (
         "BiasCorrection", "FitResult", "FitWarning", "estimate_initial_state", "fit",

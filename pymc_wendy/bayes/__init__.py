@@ -11,6 +11,7 @@ from pymc_wendy.bayes.correction import forward_correction
 from pymc_wendy.bayes.distribution import WeakODELikelihood
 from pymc_wendy.bayes.divergences import DivergenceWarning
 from pymc_wendy.bayes.forward import forward_model
+from pymc_wendy.bayes.hierarchy import hierarchical_normal
 from pymc_wendy.bayes.sampling import initial_values, laplace, sample
 from pymc_wendy.bayes.tempering import SFTWarning, sample_sft
 
@@ -23,6 +24,7 @@ __all__ = [
     "experiment_log_likelihood",
     "forward_correction",
     "forward_model",
+    "hierarchical_normal",
     "initial_values",
     "laplace",
     "sample",

@@ -6,7 +6,8 @@ The non-centred form (``mu + tau * z``) struggles where the scale is large (the 
 pin ``mu + tau * z``, so ``z`` is squeezed to a width of order ``se / tau``), the centred form
 (``Normal(mu, tau)``) where it is small (the units are squeezed together). Measured on the
 five-unit model of ``docs/experiments.md``: its non-centred divergences sat at ``tau`` near the
-top of its posterior.
+top of its posterior. :func:`pymc_wendy.hierarchical_normal` removes both funnels when each
+unit can be fitted on its own.
 
 :func:`divergence_report` finds the scalar whose divergent draws sit furthest into one tail
 of its posterior (the median of their posterior percentiles), tests it against where
@@ -85,13 +86,15 @@ def divergence_report(idata, scales: Collection[str] = ()) -> str | None:
         advice = (
             f"in a non-centred model (mu + {name} * z) that is where the units' data squeeze z: "
             "if each unit's data determine its parameters better than the spread between units, "
-            f"try the centred form (Normal(mu, {name})); a prior on {name} that says what "
-            "spread is plausible narrows what has to be explored"
+            f"try the centred form (Normal(mu, {name})), or, when they are comparable, "
+            "pw.hierarchical_normal with the units' own estimates and standard errors; a prior "
+            f"on {name} that says what spread is plausible narrows what has to be explored"
         )
     elif name in scales:
         advice = (
             f"the neck of a funnel: in a centred model (Normal(mu, {name})) use the non-centred "
-            f"form mu + {name} * z"
+            f"form mu + {name} * z, or pw.hierarchical_normal with the units' own estimates "
+            "and standard errors"
         )
     else:
         advice = (

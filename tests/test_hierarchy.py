@@ -110,3 +110,9 @@ def test_bad_unit_fits_are_refused(kwargs, match):
         mu, tau = pm.Normal("mu"), pm.HalfNormal("tau")
         with pytest.raises(ValueError, match=match):
             pw.hierarchical_normal("theta", mu, tau, **kwargs)
+
+
+@pytest.mark.parametrize("sigma", [0.0, -1.0, np.nan])
+def test_a_constant_sigma_must_be_positive(sigma):
+    with pm.Model(), pytest.raises(ValueError, match="sigma must be > 0"):
+        pw.hierarchical_normal("theta", 0.0, sigma, estimate=[1.0], stderr=[0.1])

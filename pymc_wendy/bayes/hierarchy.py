@@ -77,6 +77,8 @@ def hierarchical_normal(
     ...         stderr=[f.stderr[0] for f in fits], dims="unit",
     ...     )
     """
+    if not hasattr(sigma, "type") and not np.all(np.asarray(sigma, dtype=float) > 0):
+        raise ValueError(f"{name}: sigma must be > 0; got {sigma}")
     if (estimate is None) != (stderr is None):
         raise ValueError("give both estimate and stderr (each unit's own fit), or neither")
     if estimate is None:

@@ -7,7 +7,9 @@ pre-dose sample is left out and ``C(0) = 0`` is known) with the one-compartment 
 Per subject: WENDy-MLE (``pw.fit``, known state) beside nonlinear least squares on the
 closed-form solution (scipy), the exact estimator for this model.
 
-Hierarchical (partial pooling of ``log ka, log ke, log V``, non-centred):
+Hierarchical (partial pooling of ``log ka, log ke, log V``, non-centred; ``--informed``:
+``pw.hierarchical_normal`` with the subjects' own fits, ``--max-log-se`` above which a value
+stays non-centred):
 
     mu ~ Normal(log [1.5, 0.08, 0.5], 1),  tau ~ HalfNormal(0.5),  z_i ~ Normal(0, 1),
     (ka_i, ke_i, V_i) = exp(mu + tau z_i),  sigma ~ HalfNormal(1),
@@ -26,7 +28,7 @@ that is right by construction): it tells the weak form's short-series error from
 misfit in the real data.
 
 Run:  python benchmarks/theophylline.py [--draws 1000] [--seed 1] [--simulated SEED]
-      [--target-accept 0.95]
+      [--target-accept 0.95] [--informed [--max-log-se 0.5]]
 """
 
 from __future__ import annotations
@@ -95,11 +97,30 @@ def per_subject(data: list[dict]) -> list[dict]:
     return rows
 
 
-def _population(n: int):
+def _log_fits(
+    data: list[dict], rows: list[dict], max_se: float = np.inf
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each subject's weak fit of ``log ka, log ke, log V`` and its standard errors (delta
+    method); infinite where the fit failed or the standard error is above ``max_se``."""
+    est, se = [], []
+    for d, r in zip(data, rows, strict=True):
+        (ka, ke, a), (s_ka, s_ke, s_a) = r["weak"], r["weak_se"]
+        e = np.log([ka, ke, d["dose"] / a]) if min(ka, ke, a) > 0 else np.full(3, np.nan)
+        s = np.array([s_ka / ka, s_ke / ke, s_a / a]) if min(ka, ke, a) > 0 else np.ones(3)
+        bad = ~(np.isfinite(e) & np.isfinite(s) & (s > 0) & (s <= max_se)) | (not r["weak_success"])
+        est.append(np.where(bad, np.nan, e))
+        se.append(np.where(bad, np.inf, s))
+    return np.array(est), np.array(se)
+
+
+def _population(fits=None):
     mu = pm.Normal("mu", mu=PRIOR_CENTRE, sigma=1.0, dims="param")
     tau = pm.HalfNormal("tau", sigma=0.5, dims="param")
-    z = pm.Normal("z", 0.0, 1.0, dims=("subject", "param"))
-    theta = pm.Deterministic("theta", pt.exp(mu + tau * z), dims=("subject", "param"))
+    est, se = (None, None) if fits is None else fits
+    log_theta = pw.hierarchical_normal(
+        "log_theta", mu, tau, estimate=est, stderr=se, dims=("subject", "param")
+    )
+    theta = pm.Deterministic("theta", pt.exp(log_theta), dims=("subject", "param"))
     sigma = pm.HalfNormal("sigma", sigma=1.0)
     return theta, sigma
 
@@ -108,9 +129,9 @@ def _coords(data):
     return {"param": list(NAMES), "subject": [d["subject"] for d in data]}
 
 
-def weak_model(data: list[dict]) -> pm.Model:
+def weak_model(data: list[dict], fits=None) -> pm.Model:
     with pm.Model(coords=_coords(data)) as model:
-        theta, sigma = _population(len(data))
+        theta, sigma = _population(fits)
         for i, d in enumerate(data):
             ka, ke, V = theta[i, 0], theta[i, 1], theta[i, 2]
             pw.WeakODELikelihood(
@@ -123,7 +144,7 @@ def weak_model(data: list[dict]) -> pm.Model:
 
 def exact_model(data: list[dict]) -> pm.Model:
     with pm.Model(coords=_coords(data)) as model:
-        theta, sigma = _population(len(data))
+        theta, sigma = _population()
         for i, d in enumerate(data):
             ka, ke, V = theta[i, 0], theta[i, 1], theta[i, 2]
             mean = d["dose"] / V * ka / (ka - ke) * (pt.exp(-ke * d["t"]) - pt.exp(-ka * d["t"]))
@@ -170,6 +191,15 @@ def main() -> None:
         "--target-accept", type=float, default=None,
         help="target_accept of the weak model's NUTS (default: pw.sample's)",
     )  # fmt: skip
+    ap.add_argument(
+        "--informed", action="store_true",
+        help="the weak model's log-parameters by pw.hierarchical_normal with the subjects' fits",
+    )  # fmt: skip
+    ap.add_argument(
+        "--max-log-se", type=float, default=np.inf,
+        help="--informed: subjects whose log-parameter's standard error is above it get the "
+        "non-centred form for it",
+    )  # fmt: skip
     args = ap.parse_args()
     ROOT.mkdir(parents=True, exist_ok=True)
     data = subjects()
@@ -179,6 +209,8 @@ def main() -> None:
         tag = f"_simulated{args.simulated}"
     if args.target_accept is not None:
         tag += f"_ta{args.target_accept:g}"
+    if args.informed:
+        tag += "_informed" + ("" if np.isinf(args.max_log_se) else f"{args.max_log_se:g}")
 
     rows = per_subject(data)
     print("subject | NLS (closed form) ka ke a [se] | WENDy-MLE ka ke a [se]")
@@ -196,7 +228,7 @@ def main() -> None:
     )  # fmt: skip
     ref_s = summary(ref, time.perf_counter() - start)
     start = time.perf_counter()
-    with weak_model(data):
+    with weak_model(data, _log_fits(data, rows, args.max_log_se) if args.informed else None):
         opts = {} if args.target_accept is None else {"target_accept": args.target_accept}
         weak = pw.sample(args.draws, chains=4, progressbar=False, random_seed=args.seed, **opts)
     weak_s = summary(weak, time.perf_counter() - start)

@@ -100,9 +100,10 @@ def test_informed_form_samples_where_the_classic_forms_do_not():
         ({"estimate": [1.0, 2.0]}, "both estimate and stderr"),
         ({"stderr": [1.0, 2.0]}, "both estimate and stderr"),
         ({"estimate": [1.0, 2.0], "stderr": [0.1, 0.0]}, "stderr must be > 0"),
-        ({"estimate": [1.0, np.nan], "stderr": [0.1, 0.1]}, "finite"),
-        ({"estimate": [1.0, 2.0], "stderr": [0.1]}, "one entry per unit"),
-        ({"estimate": [1.0, 2.0, 3.0], "stderr": [0.1] * 3, "dims": "unit"}, "3 estimates"),
+        ({"estimate": [1.0, 2.0], "stderr": [0.1, np.nan]}, "stderr must be > 0"),
+        ({"estimate": [1.0, np.nan], "stderr": [0.1, 0.1]}, "finite where stderr is"),
+        ({"estimate": [1.0, 2.0], "stderr": [0.1]}, "the same shape"),
+        ({"estimate": [1.0, 2.0, 3.0], "stderr": [0.1] * 3, "dims": "unit"}, "length 2"),
     ],
 )
 def test_bad_unit_fits_are_refused(kwargs, match):
@@ -116,3 +117,21 @@ def test_bad_unit_fits_are_refused(kwargs, match):
 def test_a_constant_sigma_must_be_positive(sigma):
     with pm.Model(), pytest.raises(ValueError, match="sigma must be > 0"):
         pw.hierarchical_normal("theta", 0.0, sigma, estimate=[1.0], stderr=[0.1])
+
+
+def test_an_infinite_stderr_gives_the_non_centred_form():
+    """A unit without a usable fit (stderr inf, estimate NaN) is parametrised as
+    ``mu + sigma * z``; the others are not; the values are (units, parameters) here."""
+    est = np.array([[1.0, 2.0], [np.nan, 3.0]])
+    se = np.array([[0.1, 0.2], [np.inf, 0.3]])
+    with pm.Model(coords={"unit": range(2), "param": ["a", "b"]}) as m:
+        mu = pm.Normal("mu", dims="param")
+        tau = pm.HalfNormal("tau", dims="param")
+        pw.hierarchical_normal("theta", mu, tau, estimate=est, stderr=se, dims=("unit", "param"))
+    (theta,) = m.replace_rvs_by_values([m["theta"]])
+    f = pytensor.function(m.value_vars, theta)
+    mu, log_tau, z = np.array([0.5, -0.5]), np.array([0.1, -1.0]), np.array([[1.0, -1.0]] * 2)
+    out = f(mu, log_tau, z)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[1, 0], mu[0] + np.exp(log_tau[0]) * z[1, 0], rtol=1e-14)
+    assert not np.isclose(out[0, 0], mu[0] + np.exp(log_tau[0]) * z[0, 0])

@@ -55,12 +55,16 @@ def hierarchical_normal(
         usually random variables).
     estimate, stderr : array-like, optional
         Each unit's own estimate of its parameter and its standard error, for example
-        ``[pw.fit(ode, t, U).x[j] for t, U in units]`` and the matching ``.stderr[j]``. They
-        set the parametrisation only: the model is the same distribution whatever their
-        values, so rough ones cost efficiency, not correctness. Without them the
-        non-centred form ``mu + sigma * z`` is used.
+        ``[pw.fit(ode, t, U).x[j] for t, U in units]`` and the matching ``.stderr[j]``; one
+        entry per value (shape ``(units,)``, or ``(units, parameters)`` for several
+        parameters per unit). They set the parametrisation only: the model is the same
+        distribution whatever their values, so rough ones cost efficiency, not correctness.
+        An infinite ``stderr`` (a unit whose own fit says nothing about the value, or
+        failed; its estimate is then ignored and may be NaN) gives that value the
+        non-centred form. Without them the non-centred form ``mu + sigma * z`` is used for
+        all.
     dims, shape
-        As for any PyMC variable (one entry per unit).
+        As for any PyMC variable (the shape of ``estimate``).
 
     Returns
     -------
@@ -88,10 +92,7 @@ def hierarchical_normal(
     if dims is None and shape is None:
         shape = e.shape
     elif dims is not None:
-        first = dims if isinstance(dims, str) else dims[0]
-        n = pm.modelcontext(None).dim_lengths.get(first)
-        if n is not None and int(pm.draw(n)) != e.size:
-            raise ValueError(f"{name}: {e.size} estimates for the {int(pm.draw(n))} {first!r}")
+        _check_dims(name, e.shape, (dims,) if isinstance(dims, str) else tuple(dims))
     precision = 1.0 / s**2 + 1.0 / sigma**2
     b = 1.0 / pm.math.sqrt(precision)
     a = (e / s**2 + mu / sigma**2) / precision
@@ -100,15 +101,33 @@ def hierarchical_normal(
 
 
 def _unit_fits(name: str, estimate, stderr) -> tuple[np.ndarray, np.ndarray]:
-    e = np.asarray(estimate, dtype=float)
+    e = np.array(estimate, dtype=float)
     s = np.asarray(stderr, dtype=float)
-    if e.ndim != 1 or s.shape != e.shape:
+    if e.ndim == 0 or s.shape != e.shape:
         raise ValueError(
-            f"{name}: estimate and stderr must be 1-D with one entry per unit; got shapes "
-            f"{e.shape} and {s.shape}"
+            f"{name}: estimate and stderr must have one entry per value (the same shape); "
+            f"got shapes {e.shape} and {s.shape}"
         )
-    if not (np.all(np.isfinite(e)) and np.all(np.isfinite(s))):
-        raise ValueError(f"{name}: estimate and stderr must be finite (a unit's fit failed?)")
-    if np.any(s <= 0):
-        raise ValueError(f"{name}: stderr must be > 0; got {s}")
+    if np.any(np.isnan(s)) or np.any(s <= 0):
+        raise ValueError(f"{name}: stderr must be > 0 (np.inf for a unit without a fit); got {s}")
+    known = np.isfinite(s)
+    if not np.all(np.isfinite(e[known])):
+        raise ValueError(
+            f"{name}: estimate must be finite where stderr is (a unit's fit failed? give it "
+            "stderr=np.inf)"
+        )
+    e[~known] = 0.0  # 1 / stderr^2 = 0 there: the estimate has no weight
     return e, s
+
+
+def _check_dims(name: str, shape: tuple, dims: tuple) -> None:
+    lengths = pm.modelcontext(None).dim_lengths
+    for axis, dim in enumerate(dims):
+        n = lengths.get(dim)
+        if n is None:
+            continue
+        n = int(pm.draw(n))
+        if axis >= len(shape) or shape[axis] != n:
+            raise ValueError(
+                f"{name}: estimate has shape {shape}, but dims {dims} have {dim!r} of length {n}"
+            )

@@ -104,6 +104,7 @@ def test_informed_form_samples_where_the_classic_forms_do_not():
         ({"estimate": [1.0, np.nan], "stderr": [0.1, 0.1]}, "finite where stderr is"),
         ({"estimate": [1.0, 2.0], "stderr": [0.1]}, "the same shape"),
         ({"estimate": [1.0, 2.0, 3.0], "stderr": [0.1] * 3, "dims": "unit"}, "length 2"),
+        ({"estimate": [1.0, 2.0], "stderr": [0.1] * 2, "shape": 3}, "shape=3"),
     ],
 )
 def test_bad_unit_fits_are_refused(kwargs, match):

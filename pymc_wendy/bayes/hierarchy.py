@@ -91,6 +91,8 @@ def hierarchical_normal(
     e, s = _unit_fits(name, estimate, stderr)
     if dims is None and shape is None:
         shape = e.shape
+    elif dims is None and tuple(np.atleast_1d(shape)) != e.shape:
+        raise ValueError(f"{name}: estimate has shape {e.shape}, but shape={shape}")
     elif dims is not None:
         _check_dims(name, e.shape, (dims,) if isinstance(dims, str) else tuple(dims))
     precision = 1.0 / s**2 + 1.0 / sigma**2

@@ -134,9 +134,11 @@ def _numpyro_reference(problem, prob, data, args) -> dict:
         u0_mu=data.U[0], u0_sd=0.5 * np.std(data.U, axis=0), init_p=prob.p_true,
         init_sigma=data.sigma, init_u0=data.U_true[0],
     )  # fmt: skip
+    # test_functions: what peers.py's worker passes to our sampler; numpyro ignores it
     opts = argparse.Namespace(
-        chains=args.chains, tune=args.ref_tune, draws=args.ref_draws, seed=3, cores=args.chains
-    )
+        chains=args.chains, tune=args.ref_tune, draws=args.ref_draws, seed=3, cores=args.chains,
+        test_functions="default",
+    )  # fmt: skip
     res = peers.finish_peer(peers.start_peer("numpyro", [case], tmp, opts, args.ref_budget))[case]
     out = {"sampler": "numpyro + diffrax (Tsit5, rtol=atol=1e-6)", "finished": res["finished"]}
     if not res["finished"]:

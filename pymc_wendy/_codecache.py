@@ -6,12 +6,19 @@ a module here (:func:`load_module`), named by the digest of its source, and comp
 ``cache=True``: a second process with the same model loads the machine code. A closure over
 generated functions could not be cached: numba keys a closure's cache entry on its pickled
 cells, which for a numba function include a per-process id.
+
+The modules are submodules of :mod:`pymc_wendy._generated`, whose ``__path__`` is the cache
+directory: numba pickles a compiled function by its module's name, and a process that
+unpickles it (PyMC's chain processes under "spawn" or "forkserver") imports the module from
+there. A process whose cache directory cannot be written uses a temporary one and names it
+in ``$_PYMC_WENDY_FALLBACK_DIRS``, which the processes it starts inherit.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import os
@@ -24,6 +31,10 @@ from types import ModuleType
 #: the first lines of every generated module: generated code calls ``math.``, ``numpy.`` and
 #: ``np.`` functions, and is compiled by numba
 IMPORTS = ("import math", "", "import numba", "import numpy", "import numpy as np")
+
+#: the package the generated modules belong to
+PACKAGE = "pymc_wendy._generated"
+_FALLBACK_ENV = "_PYMC_WENDY_FALLBACK_DIRS"
 
 
 def jitted(name: str, source: str) -> list[str]:
@@ -58,6 +69,13 @@ def cache_dir() -> Path:
     return Path(base) / "pymc_wendy" / "kernels"
 
 
+def search_path() -> list[str]:
+    """Where :mod:`pymc_wendy._generated` looks for modules: the cache directory, then the
+    temporary directories of processes whose cache directory could not be written."""
+    extra = [d for d in os.environ.get(_FALLBACK_ENV, "").split(os.pathsep) if d]
+    return [str(cache_dir()), *extra]
+
+
 @functools.cache
 def _fallback_dir() -> Path:
     """One temporary directory per process for kernels when the cache cannot be written."""
@@ -70,16 +88,27 @@ def load_module(source: str, prefix: str) -> ModuleType:
 
     The file is written atomically, so processes of a study starting together do not read a
     half-written module. Where the cache directory cannot be written the module goes to a
-    temporary directory: correct, compiled once per process."""
-    name = prefix + hashlib.sha256(source.encode()).hexdigest()[:24]
+    temporary directory: correct, compiled once per process. The module is
+    ``pymc_wendy._generated.<prefix><digest>``, importable by that name in any process that
+    shares the cache directory (see the module's docstring)."""
+    # the digest covers the module's full name too: numba's cached machine code refers to
+    # its module by name, so a file must never be imported under two names
+    digest = hashlib.sha256(f"{PACKAGE}.{prefix}\n{source}".encode()).hexdigest()[:24]
+    stem = prefix + digest
+    name = f"{PACKAGE}.{stem}"
     if name in sys.modules:
         return sys.modules[name]
     for directory in (cache_dir(), None):
         try:
             if directory is None:
                 directory = _fallback_dir()
+                known = os.environ.get(_FALLBACK_ENV, "").split(os.pathsep)
+                if str(directory) not in known:
+                    os.environ[_FALLBACK_ENV] = os.pathsep.join(
+                        [*filter(None, known), str(directory)]
+                    )
             directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"{name}.py"
+            path = directory / f"{stem}.py"
             if not path.exists() or path.read_text() != source:
                 fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
                 with os.fdopen(fd, "w") as fh:
@@ -88,6 +117,9 @@ def load_module(source: str, prefix: str) -> ModuleType:
             break
         except OSError:
             continue
+    package = importlib.import_module(PACKAGE)
+    if str(directory) not in package.__path__:  # the cache directory changed since import
+        package.__path__.append(str(directory))
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # numba's cache looks functions up by their module

@@ -124,7 +124,9 @@ def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path
     blocker.write_text("not a directory")
     monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(blocker / "kernels"))
     monkeypatch.setattr(kernel_cache, "_KERNELS", {})
-    for name in [m for m in sys.modules if m.startswith("pymc_wendy_kernel_")]:
+    for name in [
+        m for m in sys.modules if m.startswith("pymc_wendy._generated.pymc_wendy_kernel_")
+    ]:
         monkeypatch.delitem(sys.modules, name)
     prob = get_problem("logistic")
     data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
@@ -170,7 +172,35 @@ def test_a_generated_module_that_fails_to_import_is_not_left_half_loaded(tmp_pat
     for _ in range(2):  # the second call raises the same error, not a missing attribute
         with pytest.raises(IndentationError):
             _codecache.load_module(source, "pymc_wendy_test_broken_")
-    assert not [m for m in sys.modules if m.startswith("pymc_wendy_test_broken_")]
+    assert not [m for m in sys.modules if m.startswith(f"{_codecache.PACKAGE}.pymc_wendy_test_")]
+
+
+@pytest.mark.parametrize("writable", [True, False])
+def test_a_generated_function_unpickles_in_a_fresh_process(tmp_path, monkeypatch, writable):
+    """numba pickles a compiled function by its module's name; PyMC's chain processes under
+    "spawn" or "forkserver" (the default on macOS) must import the generated module by that
+    name, also when the cache directory could not be written and a temporary one was used."""
+    import subprocess
+
+    import cloudpickle
+
+    from pymc_wendy import _codecache
+
+    cache = tmp_path / "cache" if writable else tmp_path / "a_file" / "kernels"
+    if not writable:
+        (tmp_path / "a_file").write_text("not a directory")
+    monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(cache))
+    monkeypatch.setenv("_PYMC_WENDY_FALLBACK_DIRS", "")
+    lines = [*_codecache.IMPORTS, *_codecache.jitted("twice", "def f(x):\n    return 2.0 * x")]
+    source = "\n".join(lines) + f"\n# {writable}\n"
+    twice = _codecache.load_module(source, "pymc_wendy_test_pickle_").twice
+    assert twice(1.5) == 3.0
+    script = "import sys, cloudpickle; print(cloudpickle.loads(sys.stdin.buffer.read())(1.5))"
+    run = subprocess.run(
+        [sys.executable, "-c", script], input=cloudpickle.dumps(twice), capture_output=True
+    )
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    assert run.stdout.split() == [b"3.0"]
 
 
 def _verify_grad(lik, p, mode):

@@ -42,7 +42,9 @@ from pymc_wendy.studies.coverage import default_priors  # noqa: E402
 
 def _forget_kernels() -> None:
     kernel_cache._KERNELS.clear()
-    for name in [m for m in sys.modules if m.startswith("pymc_wendy._generated.pymc_wendy_kernel_")]:
+    for name in [
+        m for m in sys.modules if m.startswith("pymc_wendy._generated.pymc_wendy_kernel_")
+    ]:
         del sys.modules[name]
     os.environ["PYMC_WENDY_CACHE_DIR"] = tempfile.mkdtemp(prefix="compile_reuse_")
 

@@ -104,10 +104,11 @@ def _log_fits(
     method); infinite where the fit failed or the standard error is above ``max_se``."""
     est, se = [], []
     for d, r in zip(data, rows, strict=True):
-        (ka, ke, a), (s_ka, s_ke, s_a) = r["weak"], r["weak_se"]
-        e = np.log([ka, ke, d["dose"] / a]) if min(ka, ke, a) > 0 else np.full(3, np.nan)
-        s = np.array([s_ka / ka, s_ke / ke, s_a / a]) if min(ka, ke, a) > 0 else np.ones(3)
-        bad = ~(np.isfinite(e) & np.isfinite(s) & (s > 0) & (s <= max_se)) | (not r["weak_success"])
+        x = np.array(r["weak"])  # ka, ke, a = dose / V
+        with np.errstate(invalid="ignore", divide="ignore"):
+            e = np.log([x[0], x[1], d["dose"] / x[2]])
+            s = np.array(r["weak_se"]) / x  # the delta method: se(log x) = se(x) / x
+        bad = ~(np.isfinite(e) & (s > 0) & (s <= max_se)) | (not r["weak_success"])
         est.append(np.where(bad, np.nan, e))
         se.append(np.where(bad, np.inf, s))
     return np.array(est), np.array(se)

@@ -128,7 +128,7 @@ def _check_dims(name: str, shape: tuple, dims: tuple) -> None:
         n = lengths.get(dim)
         if n is None:
             continue
-        n = int(pm.draw(n))
+        n = int(n.eval())
         if axis >= len(shape) or shape[axis] != n:
             raise ValueError(
                 f"{name}: estimate has shape {shape}, but dims {dims} have {dim!r} of length {n}"

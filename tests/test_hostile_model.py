@@ -182,3 +182,19 @@ def test_params_given_as_a_variable_name_are_refused_with_the_fix():
         pm.Normal("p", 0, 10, shape=P.model.n_params)
         with pytest.raises(TypeError, match=r"got the string 'p': pass the variable itself"):
             WeakODELikelihood("U", ode=P.model, params="p", t=d.t, observed=d.U)
+
+
+@pytest.mark.parametrize("path", ["fast", "general"])
+def test_parameters_that_overflow_the_covariance_are_a_covariance_error_without_warnings(path):
+    """Parameters near 1e160 square to infinity in ``S(p)``: a CovarianceError naming the
+    overflow, with no floating-point warnings from the assembly on the way (they leaked from
+    numpy's products before the factorisation's check)."""
+    prob = pw.get_problem("fitzhugh_nagumo")
+    d = prob.simulate(n_points=65, noise_ratio=0.1, seed=1)
+    lik = pw.WeakLikelihood(prob.model, d.t, d.U, linear=path)
+    p = np.asarray(prob.p_true) * 1e160
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for method in (lik.nll, lik.nll_grad, lik.hessian):
+            with pytest.raises(pw.CovarianceError, match="overflow double precision"):
+                method(p)

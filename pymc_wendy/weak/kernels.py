@@ -244,7 +244,8 @@ def evaluate(
     n = K * D
     r = residual(phi, F, b)
     s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
-    S = _covariance(phi, dphi, Ju, s2 if weights is None else s2[None, :] * weights)
+    with np.errstate(over="ignore", invalid="ignore"):  # cholesky() names an overflow
+        S = _covariance(phi, dphi, Ju, s2 if weights is None else s2[None, :] * weights)
     S[np.diag_indices_from(S)] += ridge if diag is None else diag
     C = cholesky(S)
     z = solve_lower(C, r)

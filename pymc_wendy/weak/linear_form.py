@@ -57,7 +57,8 @@ class LinearForm:
     def _factor(self, p: np.ndarray, logdet: bool = True):
         pt = np.concatenate([[1.0], p])
         ia, ib = _pairs(p.size)
-        S = np.tensordot(pt[ia] * pt[ib], self.A, axes=1)
+        with np.errstate(over="ignore", invalid="ignore"):  # cholesky() names an overflow
+            S = np.tensordot(pt[ia] * pt[ib], self.A, axes=1)
         S[np.diag_indices_from(S)] += self.ridge_diag
         C = kernels.cholesky(S)
         r = self.r0 + self.G @ p

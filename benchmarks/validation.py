@@ -15,7 +15,8 @@ per data set and method, and the mean and sd of the standardised errors (``summa
 
 Run:  python benchmarks/validation.py [--problems a,b] [--datasets N] [--workers W]
       [--stage cheap|nuts|all] [--report-only] [--markdown] [--figures DIR]
-      [--test-functions default|local] [--noise 0.05,0.1,0.2]
+      [--test-functions default|local|k<N>] [--noise 0.05,0.1,0.2]
+      [--compare-local]
 """
 
 from __future__ import annotations
@@ -40,11 +41,31 @@ CHEAP = ["mle-sandwich", "mle-hessian", "laplace"]
 SAMPLE_OPTIONS = {"draws": 500, "tune": 500, "chains": 2}
 
 
+def _variant(name: str) -> tuple[Path, object]:
+    """Store directory and ``test_functions`` option of a variant: ``"default"``, ``"local"``
+    (local test functions) or ``"k<N>"`` (the default construction with ``Kmax = N``)."""
+    if name == "default":
+        return ROOT, None
+    if name == "local":
+        return ROOT / "local", "local"
+    if name.startswith("k") and name[1:].isdigit() and int(name[1:]) > 0:
+        return ROOT / name, {"Kmax": int(name[1:])}
+    raise ValueError(f"unknown test-function variant {name!r}: default, local or k<N>")
+
+
 def run(
-    problem, methods, n_datasets, workers=1, progress=False, execute=True, local=False, noise=NOISE
+    problem,
+    methods,
+    n_datasets,
+    workers=1,
+    progress=False,
+    execute=True,
+    variant="default",
+    noise=NOISE,
 ):
-    """The study of one problem; ``local`` uses local test functions (store ``local/``, the
-    same seeds and so the same data sets as the default study)."""
+    """The study of one problem; a ``variant`` other than the default (:func:`_variant`) has
+    its own store and the same seeds, so the same data sets as the default study."""
+    root, test_functions = _variant(variant)
     return pw.run_coverage(
         problem,
         methods=methods,
@@ -53,11 +74,11 @@ def run(
         n_datasets=n_datasets,
         level=0.95,
         seed=2026,
-        store=ROOT / "local" / problem if local else ROOT / problem,
+        store=root / problem,
         max_workers=workers,
         progress=progress,
         sample_options=SAMPLE_OPTIONS,
-        fit_options={"test_functions": "local"} if local else None,
+        fit_options=None if test_functions is None else {"test_functions": test_functions},
         execute=execute,
     )
 
@@ -99,14 +120,14 @@ def report(problem: str, ds) -> None:
             )
 
 
-def compare_local(problem: str, noise) -> None:
-    """The local-test-function study against the default one on the same data sets: per
-    noise level and method, coverage of each, the mean interval width and the root mean
-    squared error of local over default (paired, per parameter)."""
+def compare(problem: str, noise, variant: str = "local") -> None:
+    """A variant's study against the default one on the same data sets: per noise level and
+    method, coverage of each, the mean interval width and the root mean squared error of the
+    variant over the default (paired, per parameter)."""
     methods = CHEAP + ["nuts"]
     base = run(problem, methods, 100, execute=False, noise=noise)
-    local = run(problem, methods, 100, execute=False, local=True, noise=noise)
-    print(f"\n## {problem}: local test functions against the default (same data sets)")
+    local = run(problem, methods, 100, execute=False, variant=variant, noise=noise)
+    print(f"\n## {problem}: test functions {variant!r} against the default (same data sets)")
     for nr in noise:
         for est in ("mle-hessian", "nuts"):
             sel = {"estimator": est, "noise_ratio": nr}
@@ -133,8 +154,10 @@ def compare_local(problem: str, noise) -> None:
             r = " ".join(f"{float(v):.2f}" for v in rmse(b) / rmse(a))
             t = float(b["wall_time"].mean()) / float(a["wall_time"].mean())
             print(
-                f"  nr={nr:<5} {est:<12} n={int(both.sum()):<4} coverage default/local [{cov}]\n"
-                f"{'':<20}width local/default [{w}]  rmse local/default [{r}]  time {t:.2f}x"
+                f"  nr={nr:<5} {est:<12} n={int(both.sum()):<4} "
+                f"coverage default/{variant} [{cov}]\n"
+                f"{'':<20}width {variant}/default [{w}]  rmse {variant}/default [{r}]  "
+                f"time {t:.2f}x"
             )
 
 
@@ -226,23 +249,24 @@ def main(argv=None) -> None:
     ap.add_argument("--markdown", action="store_true", help="also print the docs' tables")
     ap.add_argument("--figures", type=Path, help="write the docs' figures to this directory")
     ap.add_argument(
-        "--test-functions", choices=["default", "local"], default="default",
-        help="local: the study with test_functions='local', in results/validation/local/",
+        "--test-functions", default="default", metavar="default|local|k<N>",
+        help="local: test_functions='local'; k<N>: the default construction with Kmax=N; "
+        "each in results/validation/<variant>/",
     )  # fmt: skip
     ap.add_argument("--noise", default=",".join(map(str, NOISE)), help="noise ratios")
     ap.add_argument(
         "--compare-local", action="store_true",
-        help="only compare the local study with the default one (what both stores hold)",
+        help="only compare the --test-functions variant's study (local unless given) with "
+        "the default one (what both stores hold)",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    opts = {
-        "local": args.test_functions == "local",
-        "noise": [float(x) for x in args.noise.split(",")],
-    }
+    _variant(args.test_functions)  # a bad name fails before any work
+    opts = {"variant": args.test_functions, "noise": [float(x) for x in args.noise.split(",")]}
     problems = [p for p in args.problems.split(",") if p]
     if args.compare_local:
         for problem in problems:
-            compare_local(problem, opts["noise"])
+            variant = "local" if args.test_functions == "default" else args.test_functions
+            compare(problem, opts["noise"], variant)
         return
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}
     methods = CHEAP + ["nuts"]

@@ -21,7 +21,7 @@ With ``--exact`` both are also compared with the forward-solve posterior of the 
 reference in ``docs/forward.md``), which says which approximation is closer.
 
 Run:  python benchmarks/sample_speed.py [--draws 1000] [--chains 4] [--seed 1] [--points 513]
-          [--exact]
+          [--exact] [--variants default,local,k100]
 """
 
 from __future__ import annotations
@@ -42,6 +42,16 @@ import pymc as pm  # noqa: E402
 import pymc_wendy as pw  # noqa: E402
 
 VARIANTS = {"default": None, "local": "local"}
+
+
+def _test_functions(name: str):
+    """``test_functions`` of a variant: ``default``, ``local`` or ``k<N>`` (the default
+    construction with ``Kmax = N``)."""
+    if name in VARIANTS:
+        return VARIANTS[name]
+    if name.startswith("k") and name[1:].isdigit() and int(name[1:]) > 0:
+        return {"Kmax": int(name[1:])}
+    raise SystemExit(f"unknown variant {name!r}: default, local or k<N>")
 
 
 def _model(prob, data, test_functions: str | None) -> pm.Model:
@@ -105,7 +115,12 @@ def main(argv=None) -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--points", type=int, default=513)
     ap.add_argument("--exact", action="store_true", help="compare with the forward-solve posterior")
+    ap.add_argument(
+        "--variants", default="default,local",
+        help="comma-separated: default, local, k<N> (Kmax = N); the first is the reference",
+    )  # fmt: skip
     args = ap.parse_args(argv)
+    variants = {v: _test_functions(v) for v in args.variants.split(",") if v}
     prob = pw.get_problem("fitzhugh_nagumo")
     data = prob.simulate(n_points=args.points, noise_ratio=0.1, seed=0)
     cores = min(4, len(os.sched_getaffinity(0)))
@@ -116,7 +131,7 @@ def main(argv=None) -> None:
         f"{'min ESS':>8}{'ESS/s':>7}{'R-hat':>7}{'div':>5}"
     )
     rows, models = {}, {}
-    for name, tf in VARIANTS.items():
+    for name, tf in variants.items():
         model = models[name] = _model(prob, data, tf)
         K = model["U"].owner.op.likelihood.K
         r = rows[name] = _run(model, args)
@@ -127,15 +142,16 @@ def main(argv=None) -> None:
             f"{r['div']:>5}",
             flush=True,
         )
-    ref, loc = rows["default"], rows["local"]
-    print(f"local against default: {_against(loc, ref)}; sampling time ratio "
-          f"{ref['sampling'] / loc['sampling']:.1f}x")  # fmt: skip
+    first, ref = next(iter(rows.items()))
+    for name, row in list(rows.items())[1:]:
+        print(f"{name} against {first}: {_against(row, ref)}; sampling time ratio "
+              f"{ref['sampling'] / row['sampling']:.1f}x")  # fmt: skip
     if args.exact:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             exact = pw.forward_correction(
-                ref["idata"], models["default"], random_seed=2, progressbar=False
+                ref["idata"], models[first], random_seed=2, progressbar=False
             )
         print(f"forward-solve posterior ({exact.attrs['route']}, Pareto k "
               f"{exact.attrs['pareto_k']:.2f}, {time.perf_counter() - t0:.0f} s)")  # fmt: skip

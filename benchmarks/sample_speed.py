@@ -35,23 +35,12 @@ import argparse  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
+import _variants  # noqa: E402
 import arviz as az  # noqa: E402
 import numpy as np  # noqa: E402
 import pymc as pm  # noqa: E402
 
 import pymc_wendy as pw  # noqa: E402
-
-VARIANTS = {"default": None, "local": "local"}
-
-
-def _test_functions(name: str):
-    """``test_functions`` of a variant: ``default``, ``local`` or ``k<N>`` (the default
-    construction with ``Kmax = N``)."""
-    if name in VARIANTS:
-        return VARIANTS[name]
-    if name.startswith("k") and name[1:].isdigit() and int(name[1:]) > 0:
-        return {"Kmax": int(name[1:])}
-    raise SystemExit(f"unknown variant {name!r}: default, local or k<N>")
 
 
 def _model(prob, data, test_functions: str | None) -> pm.Model:
@@ -120,7 +109,10 @@ def main(argv=None) -> None:
         help="comma-separated: default, local, k<N> (Kmax = N); the first is the reference",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    variants = {v: _test_functions(v) for v in args.variants.split(",") if v}
+    try:
+        variants = {v: _variants.test_functions(v) for v in args.variants.split(",") if v}
+    except ValueError as exc:
+        ap.error(str(exc))
     prob = pw.get_problem("fitzhugh_nagumo")
     data = prob.simulate(n_points=args.points, noise_ratio=0.1, seed=0)
     cores = min(4, len(os.sched_getaffinity(0)))

@@ -25,6 +25,7 @@ import argparse
 import os
 from pathlib import Path
 
+import _variants
 import numpy as np
 
 import pymc_wendy as pw
@@ -42,15 +43,8 @@ SAMPLE_OPTIONS = {"draws": 500, "tune": 500, "chains": 2}
 
 
 def _variant(name: str) -> tuple[Path, object]:
-    """Store directory and ``test_functions`` option of a variant: ``"default"``, ``"local"``
-    (local test functions) or ``"k<N>"`` (the default construction with ``Kmax = N``)."""
-    if name == "default":
-        return ROOT, None
-    if name == "local":
-        return ROOT / "local", "local"
-    if name.startswith("k") and name[1:].isdigit() and int(name[1:]) > 0:
-        return ROOT / name, {"Kmax": int(name[1:])}
-    raise ValueError(f"unknown test-function variant {name!r}: default, local or k<N>")
+    """Store directory and ``test_functions`` option of a variant (:mod:`_variants`)."""
+    return (ROOT if name == "default" else ROOT / name), _variants.test_functions(name)
 
 
 def run(
@@ -126,12 +120,12 @@ def compare(problem: str, noise, variant: str = "local") -> None:
     variant over the default (paired, per parameter)."""
     methods = CHEAP + ["nuts"]
     base = run(problem, methods, 100, execute=False, noise=noise)
-    local = run(problem, methods, 100, execute=False, variant=variant, noise=noise)
+    other = run(problem, methods, 100, execute=False, variant=variant, noise=noise)
     print(f"\n## {problem}: test functions {variant!r} against the default (same data sets)")
     for nr in noise:
         for est in ("mle-hessian", "nuts"):
             sel = {"estimator": est, "noise_ratio": nr}
-            a, b = base.sel(sel).squeeze("n_points"), local.sel(sel).squeeze("n_points")
+            a, b = base.sel(sel).squeeze("n_points"), other.sel(sel).squeeze("n_points")
             both = np.isfinite(a["estimate"]).all("param") & np.isfinite(b["estimate"]).all("param")
             if int(both.sum()) == 0:
                 continue
@@ -260,12 +254,15 @@ def main(argv=None) -> None:
         "the default one (what both stores hold)",
     )  # fmt: skip
     args = ap.parse_args(argv)
-    _variant(args.test_functions)  # a bad name fails before any work
+    try:  # a bad name fails before any work
+        _variant(args.test_functions)
+    except ValueError as exc:
+        ap.error(str(exc))
     opts = {"variant": args.test_functions, "noise": [float(x) for x in args.noise.split(",")]}
     problems = [p for p in args.problems.split(",") if p]
     if args.compare_local:
+        variant = "local" if args.test_functions == "default" else args.test_functions
         for problem in problems:
-            variant = "local" if args.test_functions == "default" else args.test_functions
             compare(problem, opts["noise"], variant)
         return
     stages = {"cheap": [CHEAP], "nuts": [CHEAP + ["nuts"]], "all": [CHEAP, CHEAP + ["nuts"]]}

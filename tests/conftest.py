@@ -71,3 +71,31 @@ def run_twice_with_cache(script: str, cache_dir) -> list[list[str]]:
         ).stdout.split()
         for _ in range(2)
     ]
+
+
+# --- a warning that no test asked for fails the run ----------------------------------------
+# A test asks for a warning with ``pytest.warns``, ``warnings.catch_warnings`` or a
+# ``filterwarnings`` mark (pyproject.toml lists the few that come from the environment, not
+# from this library). Anything else is a defect of the library (a warning a user would see
+# for no reason) or of a test (a case that should say what it expects), so the run fails
+# and names it, instead of printing it among dozens of others.
+_UNASKED: list[str] = []
+
+
+def pytest_warning_recorded(warning_message, when, nodeid, location):
+    where = nodeid or (f"{location[0]}:{location[1]}" if location else when)
+    _UNASKED.append(f"{where}: {warning_message.category.__name__}: {warning_message.message}")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return  # a pytest-xdist worker: its warnings are reported to the controller
+    if _UNASKED and exitstatus == 0:
+        session.exitstatus = 1
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _UNASKED and not hasattr(config, "workerinput"):
+        terminalreporter.section("warnings that no test asked for (they fail the run)")
+        for line in dict.fromkeys(_UNASKED):
+            terminalreporter.line(line.splitlines()[0][:300])

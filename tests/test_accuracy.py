@@ -156,6 +156,7 @@ def test_sir_tdi_lognormal_5_percent():
 MEASURED_COVERAGE = {"sandwich": (1.00, 1.00), "gls": (0.96, 0.96), "hessian": (0.96, 0.96)}
 
 
+@pytest.mark.slow
 def test_logistic_interval_coverage():
     """Empirical coverage per covariance kind, against the measured values above within the
     Monte Carlo error of 100 runs (s.e. sqrt(0.95 * 0.05 / 100) = 0.022, three of them).

@@ -173,6 +173,7 @@ def test_forward_model_refuses_models_with_inputs():
         pw.forward_model(model)
 
 
+@pytest.mark.slow
 def test_correction_with_log_normal_noise_and_its_default_initial_prior():
     """Log-normal noise: the forward term is LogNormal(log u, sigma) and the new initial
     state's default prior is log-normal (a transformed variable)."""

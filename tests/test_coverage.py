@@ -150,8 +150,10 @@ def test_interrupt_resume_and_extend(tmp_path, monkeypatch, serial_study):
         fh.write(lines[0][: len(lines[0]) // 2])
     calls.clear()
     monkeypatch.setattr(cov_pool, "run_task", lambda t: (calls.append(t.key), real(t))[1])
-    with pytest.warns(RuntimeWarning, match="line 5: cut short or not JSON"):
+    with pytest.warns(RuntimeWarning, match="line 5: cut short or not JSON.*runs.damaged.jsonl"):
         ds = cov.run_coverage("logistic", **kwargs, **SMALL)
+    # the damaged line is kept aside, so reading the store later does not warn again
+    assert (store / "runs.damaged.jsonl").read_text() == lines[0][: len(lines[0]) // 2] + "\n"
     assert len(calls) == 2 * 2 * 3 - 4  # only the rest ran (2 estimators x 2 noise x 3 sets)
     xr.testing.assert_allclose(
         ds.drop_vars(["wall_time", "message"]),
@@ -206,6 +208,7 @@ def test_default_process_pool(monkeypatch):
     np.testing.assert_allclose(ds["estimate"], serial["estimate"], rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_bayesian_methods():
     ds = cov.run_coverage(
         "logistic",

@@ -11,7 +11,7 @@ from pymc_wendy.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_examples_recover_lotka_volterra(capsys):
+def test_readme_examples_recover_lotka_volterra():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}
     exec(blocks[0], namespace)  # noqa: S102
@@ -20,18 +20,19 @@ def test_readme_examples_recover_lotka_volterra(capsys):
     np.testing.assert_allclose(res.x, [3, -1, -6, 1], rtol=0.1)
     exec(blocks[1], namespace)  # noqa: S102
     np.testing.assert_allclose(namespace["opt"].x, res.x, rtol=1e-6)
-    exec(blocks[2], namespace)  # noqa: S102
+
+
+@pytest.mark.slow
+def test_readme_pymc_and_forward_correction_examples(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    namespace: dict = {}
+    for block in (blocks[0], blocks[2]):
+        exec(block, namespace)  # noqa: S102
     idata = namespace["idata"]
     post = idata.posterior["p"].mean(("chain", "draw")).values
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
     assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
-
-
-def test_readme_forward_correction_example(capsys):
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
-    namespace: dict = {}
-    for block in (blocks[0], blocks[2], blocks[3]):
-        exec(block, namespace)  # noqa: S102
+    exec(blocks[3], namespace)  # noqa: S102
     exact = namespace["exact"]
     assert exact.attrs["route"] in ("importance", "nuts")
     assert exact.attrs["route"] in capsys.readouterr().out
@@ -39,6 +40,7 @@ def test_readme_forward_correction_example(capsys):
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
 
 
+@pytest.mark.slow
 def test_forward_page_example():
     """docs/forward.md's block runs as written; the correction takes the importance route
     there (the page says so) and moves p3 towards the forward posterior."""

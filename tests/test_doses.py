@@ -310,6 +310,7 @@ def test_equivalent_parameters_give_the_same_observed_curve():
     assert input_output(IV, "C").equivalent(IV_TRUE).shape == (1, 2)  # identifiable
 
 
+@pytest.mark.slow
 def test_weak_ode_likelihood_with_doses_and_predictive_draws():
     """In PyMC: the posterior is near the truth and the predictive draws, solved with the
     jumps at the doses, follow the noise-free curve."""

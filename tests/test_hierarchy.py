@@ -73,6 +73,7 @@ def test_prior_draws_are_normal_mu_sigma():
     np.testing.assert_allclose(draws.std(0), 2.0, atol=5 * 2 / np.sqrt(2 * n))
 
 
+@pytest.mark.slow
 def test_informed_form_samples_where_the_classic_forms_do_not():
     """At ``target_accept=0.95`` (what ``pw.sample`` uses for such models) the centred form
     diverges on every seed; the informed form has no divergence and R-hat <= 1.01."""

@@ -252,7 +252,7 @@ def _coupled(t, u, p, w):
 COUPLED = pw.ODEModel(_coupled, ["x", "y"], ["w", "z", "g", "k"], order=2, inputs=["u"])
 
 
-@pytest.mark.parametrize("infer_sigma", [False, True])
+@pytest.mark.parametrize("infer_sigma", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_two_state_operator_kernel_matches_numpy(infer_sigma):
     # the compiled operator path with D = 2: every block of S^-1 between states enters the
     # trace terms through the basis forms (Phi and each Phi^(q), numba_kernels._basis_forms)
@@ -275,6 +275,7 @@ def test_two_state_operator_kernel_matches_numpy(infer_sigma):
     np.testing.assert_allclose(gp, ref_gp, rtol=1e-8, atol=1e-10 * np.abs(ref_gp).max())
 
 
+@pytest.mark.slow
 def test_op_gradient_is_verified_by_pytensor():
     from pytensor.gradient import verify_grad
 
@@ -372,6 +373,9 @@ def test_initial_state_fit_recovers_the_companion_state():
     assert np.allclose(u0, [0.1, 0.0], atol=1e-5)
 
 
+@pytest.mark.filterwarnings(
+    "ignore::pymc_wendy.ShortSeriesWarning"
+)  # the filter's bias is the point
 def test_residual_noise_is_unbiased_where_the_filter_is_not():
     """At N = 51, 1 % noise the pulse's kink inflates the high-order filter's estimate (by
     about 30 %); the residual estimate has mean 1 with sd 1/sqrt(2 dof) = 0.105 per data set,
@@ -429,6 +433,7 @@ def test_weak_ode_likelihood_takes_the_residual_noise():
         )
 
 
+@pytest.mark.slow
 def test_coverage_study_passes_inputs_to_every_method():
     """A tiny study of the head-acceleration model: the frequentist fit and replica-exchange
     tempering see each data set's pulse (else the fits fail: the model needs its input)."""

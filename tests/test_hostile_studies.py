@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -62,9 +63,16 @@ def test_undecodable_line_is_skipped_with_a_warning(store, runs, capsys):
     with pytest.warns(RuntimeWarning, match="line 3: not UTF-8 text"):
         ds = cov.run_coverage("logistic", store=store, **STUDY)
     assert runs == [] and ds.attrs["n_done"] == 2  # the other lines are kept
-    with pytest.warns(RuntimeWarning, match="not UTF-8"):
+    # the resumed study moved the line aside: it is kept, and reading the store is quiet
+    assert (store / "runs.damaged.jsonl").read_bytes().startswith(b'{"key": "wls|0.1|65|0"')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         assert main(["coverage", "--report", "--store", str(store)]) == 0
     assert capsys.readouterr().out.startswith("2 of 2 runs stored")
+    # a store that is only read (never resumed) keeps its damaged line and warns each time
+    _append(store, b"\xff")
+    with pytest.warns(RuntimeWarning, match="line 3: not UTF-8"):
+        assert main(["coverage", "--report", "--store", str(store)]) == 0
 
 
 @pytest.mark.parametrize(
@@ -93,7 +101,9 @@ def test_json_line_that_is_not_a_run_is_skipped(store, runs, line):
     ):
         ds = cov.run_coverage("logistic", store=store, **STUDY)
     assert runs == [] and ds.attrs["n_done"] == 2 and bool(ds["success"].all())
-    with pytest.warns(RuntimeWarning, match="skipped 1 line"):
+    assert (store / "runs.damaged.jsonl").read_bytes() == line + b"\n"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the line was moved aside: no warning again
         opened = cov.open_coverage(store)
     assert opened.attrs["n_done"] == 2
 

@@ -183,6 +183,7 @@ def test_weighted_linear_path_matches_general():
     assert nll == pytest.approx(lik.nll(p), rel=1e-10)
 
 
+@pytest.mark.slow
 def test_weighted_plain_graph_matches():
     import pytensor
     import pytensor.tensor as pt
@@ -318,6 +319,7 @@ def test_initial_state_by_name_and_datetime_t0():
     assert res.likelihood.initial_state.t0 == pytest.approx(-d.t[2])
 
 
+@pytest.mark.slow
 def test_weak_ode_likelihood_with_initial_state():
     import pymc as pm
 
@@ -370,7 +372,7 @@ def test_free_initial_gradients_against_finite_differences(t0, noise):
     assert lik.initial_nll_grad(p, x_known)[0] == pytest.approx(lik.nll(p), rel=1e-12)
 
 
-@pytest.mark.parametrize("t0", [0.0, 0.5])
+@pytest.mark.parametrize("t0", [pytest.param(0.0, marks=pytest.mark.slow), 0.5])
 def test_free_initial_numba_and_plain_graph_match_numpy(t0):
     import pytensor
     import pytensor.tensor as pt
@@ -405,6 +407,7 @@ def test_free_initial_op_verify_grad():
     )
 
 
+@pytest.mark.slow
 def test_initial_state_with_a_prior_in_pymc():
     """A prior on C(0) instead of the known 0: with a tight prior at 0 the posterior is the
     known state's; with a wide one it is wider in the amplitude, which C(0) trades against."""

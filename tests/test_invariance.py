@@ -81,6 +81,7 @@ def test_datetime_axis_counts_days_from_the_first_point():
     np.testing.assert_array_equal(back, when.values.astype("datetime64[s]"))
 
 
+@pytest.mark.slow
 def test_posterior_rescales_within_monte_carlo_error():
     pm = pytest.importorskip("pymc")
 

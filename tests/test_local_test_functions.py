@@ -161,15 +161,17 @@ def test_dense_matrices_refused_beyond_the_limit(fhn, monkeypatch):
     assert np.isfinite(lik.nll_grad(np.asarray(prob.p_true))[0])
 
 
+# each case compiles its own kernels (10-25 s cold): the fast tier keeps the one with
+# per-entry weights, the slow tier runs them all
 BANDED_CASES = [
-    ("logistic", "normal"),
-    ("fitzhugh_nagumo", "normal"),
-    ("lotka_volterra", "lognormal"),  # per-entry weights
-    ("lorenz", "normal"),  # three states
+    pytest.param("logistic", "normal", id="logistic", marks=pytest.mark.slow),
+    pytest.param("fitzhugh_nagumo", "normal", id="fitzhugh_nagumo", marks=pytest.mark.slow),
+    pytest.param("lotka_volterra", "lognormal", id="lotka_volterra"),  # per-entry weights
+    pytest.param("lorenz", "normal", id="lorenz", marks=pytest.mark.slow),  # three states
 ]
 
 
-@pytest.mark.parametrize("name, noise", BANDED_CASES, ids=[c[0] for c in BANDED_CASES])
+@pytest.mark.parametrize("name, noise", BANDED_CASES)
 def test_compiled_banded_kernel_matches_the_dense_reference(name, noise):
     """The numba Op's banded kernel (local test functions) against the numpy dense kernels on
     the same test functions: value, gradient in p and in the noise variances; and, relaxed

@@ -67,7 +67,11 @@ def test_compiled_kernel_matches_numpy_reference(name, noise, linear, infer_sigm
 
 @pytest.mark.parametrize(
     ("name", "linear"),
-    [("lotka_volterra", "auto"), ("goodwin_2d", "auto"), ("head_acceleration", "general")],
+    [
+        ("lotka_volterra", "auto"),
+        ("goodwin_2d", "auto"),
+        pytest.param("head_acceleration", "general", marks=pytest.mark.slow),
+    ],
 )
 def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linear):
     # the kernel is compiled per model structure and reads each data set's packed buffer:
@@ -110,6 +114,7 @@ print(kernel.cache_hits, repr(value), repr(float(grad[0])))
 """
 
 
+@pytest.mark.slow
 def test_the_compiled_kernel_is_loaded_from_disk_in_a_second_process(tmp_path):
     # the generated kernel module and numba's machine code stay in the cache directory: a
     # second process with the same model structure loads them instead of compiling
@@ -130,7 +135,7 @@ def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path
         monkeypatch.delitem(sys.modules, name)
     prob = get_problem("logistic")
     data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
-    lik = WeakLikelihood(prob.model, data.t, data.U)
+    lik = WeakLikelihood(prob.model, data.t, data.U, sigma=data.sigma)
     value, _, _ = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(
         data.p_true, np.zeros(0), 0.0
     )

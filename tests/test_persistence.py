@@ -31,6 +31,7 @@ def _round_trip(tree: xr.DataTree, path) -> xr.DataTree:
     return back
 
 
+@pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")  # 2 rungs, 30 draws: storage only
 def test_sampling_results_survive_netcdf(logistic, tmp_path):
     _, _, model = logistic
     with model:

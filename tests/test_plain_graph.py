@@ -42,6 +42,7 @@ def test_value_and_gradient_match_numpy(case):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-6, atol=1e-9 * np.abs(ref_grad).max())
 
 
+@pytest.mark.slow
 def test_numba_backend():
     """Default mode (numba linker); shared data, whose compiled graph numba caches on disk."""
     prob = get_problem("fitzhugh_nagumo")

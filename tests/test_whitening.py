@@ -55,6 +55,7 @@ def test_whitened_model_is_the_same_density_and_maps_back(logistic):
     assert np.allclose(values(np.zeros(H.shape[0]))[0], np.exp(mode.data[:2]))
 
 
+@pytest.mark.slow
 def test_whitened_nuts_gives_the_plain_posterior(logistic):
     _, data, model = logistic
     kwargs = dict(chains=2, random_seed=7, progressbar=False, idata_kwargs={"log_likelihood": True})

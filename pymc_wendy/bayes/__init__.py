@@ -1,7 +1,8 @@
 """Bayesian inference with the weak likelihood: the PyMC distribution, sampling defaults and
 whitening, Laplace approximations, tempered replica-exchange chains, model comparison, and the
-forward-solve correction of a weak posterior."""
+forward-solve correction of a weak posterior and the check that says when it is needed."""
 
+from pymc_wendy.bayes.check import WeakPosteriorWarning, check_weak
 from pymc_wendy.bayes.comparison import (
     compare,
     compute_log_likelihood,
@@ -19,6 +20,8 @@ __all__ = [
     "DivergenceWarning",
     "SFTWarning",
     "WeakODELikelihood",
+    "WeakPosteriorWarning",
+    "check_weak",
     "compare",
     "compute_log_likelihood",
     "experiment_log_likelihood",

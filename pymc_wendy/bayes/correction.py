@@ -311,16 +311,21 @@ class _Forward:
         self._u0 = [names.index(t.initial_state) if t.initial_state else None for t in terms]
         self.n_solves = 0
 
+    def term_inputs(self, out: list, i: int, k: int) -> tuple:
+        """``(p, sigma, u0)`` of term ``k`` at row ``i`` of :meth:`_Space.evaluate`'s ``out``."""
+        n = len(self.space.rvs)
+        p, sigma = out[1 + n + 2 * k][i], out[2 + n + 2 * k][i]
+        j = self._u0[k]
+        u0 = self.terms[k].likelihood.initial_state.u0 if j is None else out[1 + j][i]
+        return p, sigma, u0
+
     def logp(self, X: np.ndarray, bar: ProgressBar | None = None) -> np.ndarray:
         """The forward log-density at every row of ``X`` (one solve per row)."""
         out = self.space.evaluate(X)
-        n = len(self.space.rvs)
         total = np.asarray(out[0], dtype=float).copy()
         for i in range(total.size):
             for k, term in enumerate(self.terms):
-                p, sigma = out[1 + n + 2 * k][i], out[2 + n + 2 * k][i]
-                j = self._u0[k]
-                u0 = term.likelihood.initial_state.u0 if j is None else out[1 + j][i]
+                p, sigma, u0 = self.term_inputs(out, i, k)
                 self.n_solves += 1
                 try:
                     U = term.op.solve_values(p, u0)
@@ -354,26 +359,28 @@ def _gauss_loglik(U, Y, sigma, noise: str) -> float:
     return float(-0.5 * ss - n * np.sum(np.log(sigma)) - 0.5 * z.size * np.log(2 * np.pi) + extra)
 
 
-def _weak_logp(idata, model: pm.Model, Zw: np.ndarray) -> np.ndarray:
-    """The weak posterior's log-density (unnormalised, unconstrained space) at its draws.
+def _weak_logp(idata, model: pm.Model, Zw: np.ndarray, rows: np.ndarray | None = None):
+    """The weak posterior's log-density (unnormalised, unconstrained space) at its draws
+    ``Zw`` (at the draws ``rows`` of them, given).
 
     The sampler's own ``logp`` of each draw when ``sample_stats`` has it and it agrees with
     the model up to a constant (a whitened run's log-density differs by the whitening's
     log-determinant) at a few checked draws; otherwise computed at every draw."""
     full = _Space(model, [])
     S = Zw.shape[0]
+    rows = np.arange(S) if rows is None else np.asarray(rows)
     stats = idata.children.get("sample_stats")
     for name in ("logp", "lp"):
         if stats is None or name not in stats:
             continue
         stored = np.asarray(stats[name], dtype=float).reshape(-1)
-        if stored.size != S or not np.all(np.isfinite(stored)):
+        if stored.size != S or not np.all(np.isfinite(stored[rows])):
             continue
-        check = np.unique(np.linspace(0, S - 1, _CHECKED_DRAWS).astype(int))
+        check = rows[np.unique(np.linspace(0, rows.size - 1, _CHECKED_DRAWS).astype(int))]
         diff = full.evaluate(Zw[check])[0] - stored[check]
         if np.ptp(diff) <= 1e-6 * (1.0 + np.max(np.abs(stored[check]))):
-            return stored
-    return np.asarray(full.evaluate(Zw)[0], dtype=float)
+            return stored[rows]
+    return np.asarray(full.evaluate(Zw[rows])[0], dtype=float)
 
 
 class _Gradient:

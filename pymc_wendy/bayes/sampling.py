@@ -189,6 +189,7 @@ def sample(
     blas_threads: int | None = 1,
     correction: str | None = None,
     correction_kwargs: dict | None = None,
+    check: bool = False,
     **kwargs,
 ):
     """Draw posterior samples with NUTS, like :func:`pymc.sample` (see the module doc).
@@ -221,6 +222,13 @@ def sample(
         weak likelihood's pointwise values (:func:`~pymc_wendy.compute_log_likelihood`).
     correction_kwargs : dict, optional
         Options of :func:`~pymc_wendy.forward_correction`.
+    check : bool
+        Check the weak posterior against the exact (forward-solve) posterior of the model
+        (:func:`~pymc_wendy.check_weak`, on 200 draws; its ``initial_state`` from
+        ``correction_kwargs``): the result gets a ``weak_check`` group, and a
+        :class:`~pymc_wendy.WeakPosteriorWarning` names the correction when the two differ.
+        Not done when ``correction`` is given (the result is the exact posterior).
+        Off by default for now, while the default result is being decided (issue 55).
     **kwargs
         Everything else goes to :func:`pymc.sample` (``tune``, ``chains``, ``cores``,
         ``nuts_sampler``, ``random_seed``, ``target_accept``, ...). ``cores`` defaults to the
@@ -289,8 +297,22 @@ def sample(
     if correction is None:
         if log_likelihood and isinstance(idata, xr.DataTree):
             compute_log_likelihood(idata, model, progressbar=kwargs.get("progressbar", True))
+        if check and isinstance(idata, xr.DataTree):
+            attach_check(idata, model, kwargs.get("random_seed"), correction_kwargs)
         return idata
     return _corrected(idata, model, kwargs, correction_kwargs, log_likelihood)
+
+
+def attach_check(idata, model: pm.Model, seed, options: dict | None) -> None:
+    """Store :func:`~pymc_wendy.check_weak` of ``idata`` as its ``weak_check`` group (its
+    warning, if any, pointing at the caller's caller: the user's ``pw.sample`` line)."""
+    from pymc_wendy.bayes.check import check_weak, warn_check
+
+    seed = int(seed) + 2 if isinstance(seed, numbers.Integral) else None
+    initial_state = (options or {}).get("initial_state")
+    result = check_weak(idata, model, initial_state=initial_state, random_seed=seed, warn=False)
+    idata["weak_check"] = xr.DataTree(result)
+    warn_check(result, stacklevel=4)
 
 
 def _group_scales(model: pm.Model, started: set) -> set[str]:
@@ -329,7 +351,10 @@ def _corrected(
     result["weak_posterior"] = idata.posterior
     if log_likelihood:
         fmodel, _ = forward_model(model, initial_state=options.get("initial_state"))
-        pm.compute_log_likelihood(result, model=fmodel, progressbar=options["progressbar"])
+        # the forward solve's Op runs in Python: the C VM, not numba's object mode
+        pm.compute_log_likelihood(
+            result, model=fmodel, progressbar=options["progressbar"], compile_kwargs={"mode": "CVM"}
+        )
     return result
 
 

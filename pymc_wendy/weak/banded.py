@@ -417,6 +417,11 @@ def _band_to_blocks(ab: np.ndarray, K: int, D: int, w: int) -> list[np.ndarray]:
 def _cholesky_band(ab: np.ndarray) -> np.ndarray:
     """Lower band Cholesky factor (LAPACK ``pbtrf``), :class:`CovarianceError` if ``S`` is
     not positive definite."""
+    if not np.all(np.isfinite(ab)):
+        raise CovarianceError(
+            f"the weak-residual covariance S(p) (size {ab.shape[1]}) has entries that overflow "
+            "or are not numbers: the parameters or the noise level are extreme"
+        )
     cb, info = sla.lapack.dpbtrf(ab, lower=1)
     if info != 0 or not np.all(np.isfinite(cb[0])):
         where = f"leading minor {info}" if info > 0 else f"pbtrf: {info}"
@@ -556,7 +561,9 @@ def evaluate(
     r = (Rm + b).T.ravel()
     s2 = (1.0 - ridge) * np.asarray(sigma2, dtype=float)
     v = s2 if weights is None else s2[None, :] * weights
-    cb = _cholesky_band(covariance_band(rows, Ju, v, ridge if diag is None else diag))
+    with np.errstate(over="ignore", invalid="ignore"):  # _cholesky_band names an overflow
+        band = covariance_band(rows, Ju, v, ridge if diag is None else diag)
+    cb = _cholesky_band(band)
     z = _tri_solve(cb, _to_band(rows, D, r), "N")
     a_band = _tri_solve(cb, z, "T")
     logdet = float(2.0 * np.sum(np.log(cb[0])))

@@ -75,7 +75,22 @@ class Store:
         self._checked_end = False
 
     def load(self) -> dict[str, dict]:
-        return self.read(self.path, self._n_params)
+        """The finished runs, as :meth:`read` gives them, for a study about to resume.
+
+        Damaged lines are moved out of ``runs.jsonl`` into ``runs.damaged.jsonl`` (appended,
+        so nothing is lost) with one warning: the resumed study redoes their runs, and later
+        reads of the store do not warn about them again.
+        """
+        done, good, bad = _scan(self.runs_file, self._n_params)
+        if bad:
+            damaged = self.path / "runs.damaged.jsonl"
+            with damaged.open("ab") as fh:
+                fh.writelines(raw if raw.endswith(b"\n") else raw + b"\n" for _, raw in bad)
+            text = b"".join(raw if raw.endswith(b"\n") else raw + b"\n" for raw in good)
+            _write_atomically(self.runs_file, text.decode("utf-8"))
+            self._checked_end = True  # the rewritten file ends with a complete line
+            _warn_skipped(self.runs_file, bad, f"they are moved to {damaged.name} and ")
+        return done
 
     @staticmethod
     def read(path: Path, n_params: int | None = None) -> dict[str, dict]:
@@ -85,28 +100,10 @@ class Store:
         JSON without a run's fields or, given ``n_params``, with estimates of another length)
         are skipped with one warning naming them: their runs count as not done.
         """
-        done: dict[str, dict] = {}
         runs_file = Path(path) / "runs.jsonl"
-        if not runs_file.exists():
-            return done
-        skipped: list[str] = []
-        with runs_file.open("rb") as fh:  # bytes: one undecodable line must not stop the rest
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.strip():
-                    continue
-                rec, problem = _parse_run(raw, n_params)
-                if problem:
-                    skipped.append(f"line {lineno}: {problem}")
-                else:
-                    done[rec["key"]] = rec
-        if skipped:
-            shown = "; ".join(skipped[:5]) + ("; ..." if len(skipped) > 5 else "")
-            warnings.warn(
-                f"{runs_file}: skipped {len(skipped)} line(s) that are not run records ({shown}); "
-                "those runs count as not done and a resumed study redoes them",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        done, _, bad = _scan(runs_file, n_params)
+        if bad:
+            _warn_skipped(runs_file, bad, "")
         return done
 
     def append(self, record: dict) -> None:
@@ -122,6 +119,37 @@ class Store:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
             os.fsync(fh.fileno())
+
+
+def _scan(runs_file: Path, n_params: int | None) -> tuple[dict, list[bytes], list]:
+    """The run records of ``runs_file`` by key, its good lines, and its damaged lines as
+    ``(what is wrong, the line)`` pairs, the problem prefixed with the line number."""
+    done: dict[str, dict] = {}
+    good: list[bytes] = []
+    bad: list[tuple[str, bytes]] = []
+    if not runs_file.exists():
+        return done, good, bad
+    with runs_file.open("rb") as fh:  # bytes: one undecodable line must not stop the rest
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            rec, problem = _parse_run(raw, n_params)
+            if problem:
+                bad.append((f"line {lineno}: {problem}", raw))
+            else:
+                done[rec["key"]] = rec
+                good.append(raw)
+    return done, good, bad
+
+
+def _warn_skipped(runs_file: Path, bad: list, moved: str) -> None:
+    shown = "; ".join(problem for problem, _ in bad[:5]) + ("; ..." if len(bad) > 5 else "")
+    warnings.warn(
+        f"{runs_file}: skipped {len(bad)} line(s) that are not run records ({shown}); "
+        f"{moved}those runs count as not done and a resumed study redoes them",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def study_config(

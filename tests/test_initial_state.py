@@ -372,7 +372,8 @@ def test_free_initial_gradients_against_finite_differences(t0, noise):
     assert lik.initial_nll_grad(p, x_known)[0] == pytest.approx(lik.nll(p), rel=1e-12)
 
 
-@pytest.mark.parametrize("t0", [pytest.param(0.0, marks=pytest.mark.slow), 0.5])
+@pytest.mark.slow  # the plain graph's numba compilation: 30-50 s cold
+@pytest.mark.parametrize("t0", [0.0, 0.5])
 def test_free_initial_numba_and_plain_graph_match_numpy(t0):
     import pytensor
     import pytensor.tensor as pt

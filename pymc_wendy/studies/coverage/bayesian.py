@@ -9,6 +9,7 @@ from the posterior, and records its mean and equal-tailed interval.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -176,16 +177,21 @@ def _forward_draws(model, seed, opts: dict, record: dict) -> np.ndarray:
     ``k``, or the forward NUTS's convergence) and, where the kept proposal is the moved weak
     draws, whose density is the weak posterior's, when the weak chains converged too. A t proposal's
     density is exact, so divergent weak chains there cost efficiency, not correctness."""
+    from pymc_wendy.bayes.check import check_weak
     from pymc_wendy.bayes.correction import forward_correction
     from pymc_wendy.bayes.sampling import sample
 
     kwargs = {"tune": 1000, "chains": 2, "cores": 1, "progressbar": False, **opts}
+    start = time.perf_counter()
     weak = sample(model=model, random_seed=seed, **kwargs)
+    weak_time = time.perf_counter() - start
+    check = check_weak(weak, model, random_seed=seed, warn=False)
     idata = forward_correction(weak, model, random_seed=seed, progressbar=False)
     a = idata.attrs
     keys = ("route", "proposal", "pareto_k", "pareto_k_variance", "importance_ess")
     keys += ("n_forward_solves",)
     extra = {k: a[k] for k in keys}
+    extra.update(_check_record(check, weak, idata), weak_time_s=weak_time)
     extra["weak_r_hat_max"], extra["weak_divergences"], weak_ok = _converged(weak)
     if a["route"] == "nuts":
         extra["r_hat_max"], extra["divergences"], ok = _converged(idata)
@@ -206,3 +212,26 @@ def _laplace_draws(model, seed, record: dict) -> np.ndarray:
     record["success"] = bool(idata["fit"].attrs["success"])
     record["message"] = str(idata["fit"].attrs["message"])
     return idata.posterior["p"].values[0]
+
+
+def _check_record(check, weak, exact) -> dict:
+    """The weak-versus-exact check of a weak posterior beside what the full correction found:
+    the largest shift of a posterior mean (exact - weak) in weak sds over the variables the
+    check covers, and the exact/weak sd ratios (the check's classifier study,
+    ``benchmarks/weak_check.py``)."""
+    shifts, ratios = [], []
+    for name in check.data_vars:
+        w = weak.posterior[name].stack(s=("chain", "draw"))
+        e = exact.posterior[name].stack(s=("chain", "draw"))
+        sd = w.std("s").values
+        shifts.append(np.ravel((e.mean("s").values - w.mean("s").values) / sd))
+        ratios.append(np.ravel(e.std("s").values / sd))
+    a = check.attrs
+    return {
+        "check_verdict": a["verdict"],
+        "check_k": a["pareto_k"],
+        "check_max_shift": a["max_shift"],
+        "check_time_s": a["time_s"],
+        "exact_max_shift": float(np.max(np.abs(np.concatenate(shifts)))) if shifts else None,
+        "exact_sd_ratios": np.concatenate(ratios).round(3).tolist() if ratios else [],
+    }

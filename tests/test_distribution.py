@@ -307,6 +307,28 @@ def test_predictive_draws_use_their_own_data_set():
         assert np.abs(draw - data[own]).mean() < 0.2 * np.abs(draw - data[other]).mean()
 
 
+def test_predictive_draw_functions_are_keyed_by_what_a_draw_depends_on():
+    """The compiled draw function is cached under a fingerprint of the equations, data and
+    solver options: equal for the same model built twice, different for other data or other
+    solver options (so a cached function never solves another data set's ODE)."""
+    from pymc_wendy.bayes.distribution import _fingerprint
+
+    prob, data = _data("lotka_volterra", 41, 0.05, seed=0)
+
+    def op(U, solver=None):
+        with pm.Model():
+            p = pm.Normal("p", 0, 10, shape=4)
+            rv = WeakODELikelihood(
+                "U", ode=prob.model, params=p, t=data.t, observed=U, sigma=0.05, solver=solver
+            )
+        return rv.owner.op
+
+    key = _fingerprint(op(data.U))
+    assert isinstance(key, int) and key == _fingerprint(op(data.U))
+    assert _fingerprint(op(data.U * 1.01)) != key
+    assert _fingerprint(op(data.U, solver={"rtol": 1e-8})) != key
+
+
 def test_observed_terms_name_their_dims_from_the_data():
     """Each term gets its own time dim (the kept times, datetimes as given) and shares the
     state dim; the user's dims win, and a differing ``state`` coordinate is not reused."""

@@ -21,7 +21,10 @@ the initial state.
 
 from __future__ import annotations
 
+import hashlib
+import pickle
 import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 
 import numba
@@ -141,10 +144,52 @@ def _add_noise(U: np.ndarray, eps: np.ndarray, sigma: np.ndarray, noise: str) ->
     return U * np.exp(eps * sigma) if noise == "lognormal" else U + eps * sigma
 
 
+#: the ops whose predictive draws the compiled draw functions call back, by fingerprint
+_DRAWING: weakref.WeakValueDictionary[int, WeakODERV] = weakref.WeakValueDictionary()
+
+
+def _trajectory_of(key: int, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(_DRAWING[key].trajectory(p, u0))
+
+
 @numba_core_rv_funcify.register(WeakODERV)
 def _numba_core_weak_ode(op, node):
     # The ODE solve is scipy's, called through an explicit object-mode block: predictive
     # sampling is not a hot path, and the random numbers stay on numba's generator.
+    # The block calls a module-level function with a fingerprint of what a draw depends on
+    # (the model's equations, the data, times, inputs, initial state and solver options),
+    # not the op's method: numba pickles what an object-mode block closes over and unpickles
+    # it at every call, which for the op (its likelihood's arrays) cost 60 ms per draw, ten
+    # times the solve. The fingerprint is also the cache key, so that pytensor keeps the
+    # compiled function (several seconds of compilation) for every later call with the same
+    # model and data, in this process or another; no fingerprint (inputs that do not
+    # pickle), no caching.
+    key = _fingerprint(op)
+    _DRAWING[id(op) if key is None else key] = op
+    return _draw_function(op, id(op) if key is None else key), key
+
+
+def _fingerprint(op: WeakODERV) -> int | None:
+    lik = op.likelihood
+    known = lik.initial_state
+    try:
+        parts = pickle.dumps(
+            (
+                _FINGERPRINT_VERSION, lik.base_model._key, lik.base_model.observed_columns,
+                lik.t, lik.U, lik.noise, lik.inputs, op.solver, op.free_initial,
+                None if known is None else (known.t0, known.u0),
+            )
+        )  # fmt: skip
+    except (pickle.PicklingError, TypeError, AttributeError):
+        return None
+    return int(hashlib.sha256(parts).hexdigest()[:15], 16)
+
+
+#: bump when what a predictive draw computes changes, so that cached draw functions go
+_FINGERPRINT_VERSION = 1
+
+
+def _draw_function(op: WeakODERV, key: int):
     M1, D = op.likelihood.t.size, op.likelihood.model.n_states
     lognormal = op.likelihood.noise == "lognormal"
 
@@ -152,15 +197,12 @@ def _numba_core_weak_ode(op, node):
     def weak_ode_draw(rng, p, sigma, u0):
         eps = rng.standard_normal((M1, D))
         with numba.objmode(U="float64[:, :]"):
-            U = np.ascontiguousarray(op.trajectory(np.asarray(p), np.asarray(u0)))
+            U = _trajectory_of(key, np.asarray(p), np.asarray(u0))
         if lognormal:
             return U * np.exp(eps * sigma)
         return U + eps * sigma
 
-    # No cache key: the object-mode block calls this op's likelihood (its times, inputs and
-    # estimated initial state), which pytensor's key (the op's props as text) does not
-    # identify, so a cached draw function would solve another data set's ODE.
-    return weak_ode_draw, None
+    return weak_ode_draw
 
 
 def _observed_data(observed):

@@ -74,7 +74,7 @@ def demo(
     noise_ratio: float = 0.1,
     seed: int = 0,
     draws: int = 1000,
-    tune: int = 1000,
+    tune: int | None = None,
     chains: int = 4,
     output: str | None = "pymc_wendy_demo.png",
     predictive_draws: int = 200,
@@ -126,11 +126,16 @@ def demo(
           f"relative coefficient error {err:.2%}")  # fmt: skip
 
     t0 = time.perf_counter()
+    tuning = {} if tune is None else {"tune": tune}  # None: pw.sample's (300 when whitened)
     with model:
         idata = sample(
-            draws, tune=tune, chains=chains, random_seed=seed, initvals=start, progressbar=True
+            draws, chains=chains, random_seed=seed, initvals=start, progressbar=True, **tuning
         )
     t_sample = time.perf_counter() - t0
+    if tune is None:
+        from pymc_wendy.bayes.sampling import WHITENED_TUNE
+
+        tune = WHITENED_TUNE if idata.posterior.attrs.get("whitened") else 1000
     divergences = int(idata.sample_stats["diverging"].sum())
     ess = float(az.ess(idata)["p"].min())
     print(f"\nNUTS ({idata.posterior.attrs.get('inference_library', 'pymc')}): {chains} chains x "
@@ -379,8 +384,9 @@ _DEMO_OPTIONS: dict[str, dict] = {
         help="draws per chain (default: %(default)s)",
     ),
     "--tune": dict(
-        type=_natural, default=1000, metavar="N",
-        help="tuning steps per chain (default: %(default)s)",
+        type=_natural, default=None, metavar="N",
+        help="tuning steps per chain (default: %(default)s, pw.sample's: 300 in whitened "
+        "coordinates)",
     ),
     "--chains": dict(
         type=_positive_int, default=4, metavar="N", help="number of chains (default: %(default)s)"

@@ -73,6 +73,37 @@ def run_twice_with_cache(script: str, cache_dir) -> list[list[str]]:
     ]
 
 
+#: the drift model's noise level and prior sds (:func:`drift_posterior`)
+DRIFT_SIGMA, DRIFT_A_SD, DRIFT_U0_SD = 0.2, 10.0, 5.0
+
+
+def drift_posterior():
+    """``u' = a``, 41 points on [0, 2], the noise level known: the forward solution ``u0 + a t``
+    is linear in ``(a, u0)``, so with Gaussian priors (``a`` sd :data:`DRIFT_A_SD`, ``u0`` sd
+    :data:`DRIFT_U0_SD`) the exact posterior is Gaussian in closed form.
+
+    Returns ``(model, weak idata, exact mean of (a, u0), exact covariance)``; the weak
+    posterior from ``pw.sample`` (2 x 1000 draws)."""
+    import pymc as pm
+
+    import pymc_wendy as pw
+
+    ode = pw.ODEModel(lambda t, u, p: [p[0]], states=["u"], params=["a"])
+    rng = np.random.default_rng(3)
+    t = np.linspace(0.0, 2.0, 41)
+    y = 0.7 - 1.3 * t + DRIFT_SIGMA * rng.standard_normal(t.size)
+    with pm.Model() as model:
+        a = pm.Normal("a", 0.0, DRIFT_A_SD)
+        pw.WeakODELikelihood(
+            "U", ode=ode, params=[a], sigma=[DRIFT_SIGMA], t=t, observed=y[:, None]
+        )
+        idata = pw.sample(1000, chains=2, progressbar=False, random_seed=5)
+    X = np.column_stack([t, np.ones_like(t)])
+    precision = X.T @ X / DRIFT_SIGMA**2 + np.diag([DRIFT_A_SD**-2, DRIFT_U0_SD**-2])
+    cov = np.linalg.inv(precision)
+    return model, idata, cov @ (X.T @ y / DRIFT_SIGMA**2), cov
+
+
 # --- a warning that no test asked for fails the run ----------------------------------------
 # A test asks for a warning with ``pytest.warns``, ``warnings.catch_warnings`` or a
 # ``filterwarnings`` mark (pyproject.toml lists the few that come from the environment, not

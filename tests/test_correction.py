@@ -4,32 +4,18 @@ import numpy as np
 import pymc as pm
 import pytest
 import xarray as xr
+from conftest import DRIFT_SIGMA, DRIFT_U0_SD, drift_posterior
 from scipy import stats
 
 import pymc_wendy as pw
 from pymc_wendy.bayes.correction import forward_correction
 
-SIGMA = 0.2
-A_PRIOR_SD, U0_PRIOR_SD = 10.0, 5.0
+SIGMA, U0_PRIOR_SD = DRIFT_SIGMA, DRIFT_U0_SD
 
 
 @pytest.fixture(scope="module")
 def drift():
-    """u' = a: the solution u0 + a t is linear in (a, u0), so with Gaussian priors and a
-    known noise level the forward-solve posterior is Gaussian in closed form."""
-    ode = pw.ODEModel(lambda t, u, p: [p[0]], states=["u"], params=["a"])
-    rng = np.random.default_rng(3)
-    t = np.linspace(0.0, 2.0, 41)
-    y = 0.7 - 1.3 * t + SIGMA * rng.standard_normal(t.size)
-    with pm.Model() as model:
-        a = pm.Normal("a", 0.0, A_PRIOR_SD)
-        pw.WeakODELikelihood("U", ode=ode, params=[a], sigma=[SIGMA], t=t, observed=y[:, None])
-        idata = pw.sample(1000, chains=2, progressbar=False, random_seed=5)
-    X = np.column_stack([t, np.ones_like(t)])
-    precision = X.T @ X / SIGMA**2 + np.diag([A_PRIOR_SD**-2, U0_PRIOR_SD**-2])
-    cov = np.linalg.inv(precision)
-    mean = cov @ (X.T @ y / SIGMA**2)
-    return model, idata, mean, cov
+    return drift_posterior()
 
 
 def _moments(result) -> tuple[np.ndarray, np.ndarray]:

@@ -52,6 +52,7 @@ from pymc_wendy.model.compiled_solve import SolveFailed
 __all__ = [
     "CHAOS_NOISE_SHARE",
     "K_THRESHOLD",
+    "MIN_DRAWS",
     "SHIFT_THRESHOLD",
     "WeakPosteriorWarning",
     "check_weak",
@@ -67,6 +68,8 @@ SHIFT_THRESHOLD = 0.3
 #: treated as chaotic and the check skipped (Lorenz over 10 time units: about 1e-4 of it;
 #: over 30: above 1)
 CHAOS_NOISE_SHARE = 0.1
+#: fewest draws the check weighs: Pareto smoothing fits the largest 20 % of the weights
+MIN_DRAWS = 50
 
 
 class WeakPosteriorWarning(UserWarning):
@@ -117,7 +120,8 @@ def check_weak(
     TypeError
         ``idata`` has no posterior group.
     ValueError
-        The posterior has no draws, or ``n_draws`` is not an integer >= 2.
+        The posterior has fewer than :data:`MIN_DRAWS` draws, or ``n_draws`` is not an
+        integer >= :data:`MIN_DRAWS`.
     """
     start = time.perf_counter()
     _check_arguments(idata, n_draws)
@@ -130,8 +134,9 @@ def check_weak(
     values = _posterior_values(idata, model)
     Zw = weak.from_constrained(values)
     finite = np.all(np.isfinite(Zw), axis=1)
-    if finite.sum() < 2:
-        return _finish(model, "failed", "fewer than 2 draws have finite values", start, warn)
+    if finite.sum() < MIN_DRAWS:
+        note = f"only {finite.sum()} draws have finite values; the check needs {MIN_DRAWS}"
+        return _finish(model, "failed", note, start, warn)
     rng = np.random.default_rng(random_seed)
     rows = np.sort(rng.choice(np.flatnonzero(finite), min(n_draws, finite.sum()), replace=False))
     log_qw = _weak_logp(idata, model, Zw, rows)
@@ -185,11 +190,17 @@ def _check_arguments(idata, n_draws) -> None:
             "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
             f"group); got {type(idata).__name__}"
         )
-    if not isinstance(n_draws, int | np.integer) or isinstance(n_draws, bool) or n_draws < 2:
-        raise ValueError(f"n_draws must be an integer >= 2; got {n_draws!r}")
+    if not isinstance(n_draws, int | np.integer) or isinstance(n_draws, bool):
+        raise ValueError(f"n_draws must be an integer >= {MIN_DRAWS}; got {n_draws!r}")
+    if n_draws < MIN_DRAWS:
+        raise ValueError(f"n_draws must be an integer >= {MIN_DRAWS}; got {n_draws!r}")
     post = idata.posterior
-    if post.sizes.get("chain", 0) * post.sizes.get("draw", 0) == 0:
-        raise ValueError("the posterior has no draws to check")
+    total = post.sizes.get("chain", 0) * post.sizes.get("draw", 0)
+    if total < MIN_DRAWS:
+        raise ValueError(
+            f"the posterior has {total} draws; the check needs at least {MIN_DRAWS} (Pareto "
+            "smoothing of the weights fits their largest 20 %)"
+        )
 
 
 def _shift(weak: np.ndarray, w: np.ndarray, exact: np.ndarray) -> np.ndarray:

@@ -102,6 +102,10 @@ def test_page_fast_blocks(path, page_env):
 
 
 @pytest.mark.slow
+# diagnostics the pages show and discuss: Pareto k of LOO (docs/pymc.md, docs/experiments.md)
+# and the hierarchical model's divergences with the defaults (docs/theophylline.md)
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+@pytest.mark.filterwarnings("ignore::pymc_wendy.DivergenceWarning")
 @pytest.mark.parametrize("path", SLOW)
 def test_page_all_blocks(path, page_env):
     """All the page's blocks, the slow ones included, run in order in one namespace."""

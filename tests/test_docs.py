@@ -147,6 +147,7 @@ def test_theophylline_page_single_subject():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pymc_wendy.DivergenceWarning")  # the page discusses them
 def test_theophylline_page_hierarchical():
     """The hierarchical block (about a minute of sampling) runs and converges."""
     import arviz as az

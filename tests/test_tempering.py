@@ -121,6 +121,7 @@ def test_power_ladder_every_rung_matches_its_conjugate_target():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")  # 4 rungs: each rung is the point
 @pytest.mark.parametrize("relaxation", ["covariance", "hybrid"])
 def test_covariance_ladder_every_rung_matches_quadrature(relaxation):
     """Logistic growth (linear in p): each rung's target prior * exp(-beta l_alpha(p)) is
@@ -202,6 +203,7 @@ def test_compiled_nuts_transition_leaves_a_correlated_gaussian_invariant():
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")  # short runs: reproducibility only
 def test_same_seed_same_draws():
     model, _ = _gaussian_model()
     kw = dict(tune=50, chains=2, rungs=3, relaxation="power", model=model, progressbar=False)
@@ -275,6 +277,9 @@ def _squared_logistic(t, u, q):
 
 
 @pytest.mark.slow
+# the mode share is the point: the top rung's R-hat and the divergences between modes 2300
+# log-density units apart are what the docstring explains
+@pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")
 def test_tempering_weighs_the_modes_of_a_bimodal_weak_posterior():
     """Logistic growth written with p1 = q1^2: the weak likelihood is exactly symmetric in q1,
     the prior N(0.5, 1) makes q1 = +1 e times heavier than q1 = -1, and between them the

@@ -80,6 +80,9 @@ def test_readme_higher_order_example():
 
 
 @pytest.mark.slow
+# the example's 500 draws on 10 rungs sit at the diagnostics' thresholds (swap acceptance
+# 0.18-0.32 per pair, R-hat 1.011 in one run): the assertions below are what it must show
+@pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")
 def test_readme_tempering_example():
     blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
     namespace: dict = {}

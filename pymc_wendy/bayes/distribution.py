@@ -171,11 +171,13 @@ def _numba_core_weak_ode(op, node):
 
 def _fingerprint(op: WeakODERV) -> int | None:
     lik = op.likelihood
+    model = lik.base_model  # its repr holds the equations, states and orders
     known = lik.initial_state
     try:
         parts = pickle.dumps(
             (
-                _FINGERPRINT_VERSION, lik.base_model._key, lik.base_model.observed_columns,
+                _FINGERPRINT_VERSION, repr(model), model.params, model.inputs,
+                model.observed_columns,
                 lik.t, lik.U, lik.noise, lik.inputs, op.solver, op.free_initial,
                 None if known is None else (known.t0, known.u0),
             )

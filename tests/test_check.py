@@ -102,6 +102,8 @@ def test_hostile_inputs(drift):
         check_weak(idata, model, n_draws=10)
     with pytest.raises(ValueError, match="n_draws must be an integer >= 50"):
         check_weak(idata, model, n_draws=200.5)
+    with model, pytest.raises(TypeError, match="check must be True or False"):
+        pw.sample(10, check="yes")
     # NaN draws are left out, not propagated; all NaN: a failed check that says so
     nan = idata.copy()
     a = nan.posterior["a"].values.copy()

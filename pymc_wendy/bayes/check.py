@@ -45,6 +45,7 @@ from pymc_wendy.bayes.correction import (
     _Space,
     _starts,
     _weak_logp,
+    require_posterior,
 )
 from pymc_wendy.bayes.forward import SOLVER_OPTIONS, forward_model
 from pymc_wendy.model.compiled_solve import SolveFailed
@@ -185,14 +186,9 @@ def check_weak(
 
 
 def _check_arguments(idata, n_draws) -> None:
-    if not isinstance(idata, xr.DataTree) or "posterior" not in idata.children:
-        raise TypeError(
-            "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
-            f"group); got {type(idata).__name__}"
-        )
-    if not isinstance(n_draws, int | np.integer) or isinstance(n_draws, bool):
-        raise ValueError(f"n_draws must be an integer >= {MIN_DRAWS}; got {n_draws!r}")
-    if n_draws < MIN_DRAWS:
+    require_posterior(idata)
+    whole = isinstance(n_draws, int | np.integer) and not isinstance(n_draws, bool)
+    if not whole or n_draws < MIN_DRAWS:
         raise ValueError(f"n_draws must be an integer >= {MIN_DRAWS}; got {n_draws!r}")
     post = idata.posterior
     total = post.sizes.get("chain", 0) * post.sizes.get("draw", 0)

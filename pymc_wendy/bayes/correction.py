@@ -158,11 +158,7 @@ def forward_correction(
         raise ValueError(f"target_ess must be a positive number; got {target_ess!r}")
     if not (isinstance(max_batches, int | np.integer) and max_batches >= 1):
         raise ValueError(f"max_batches must be an integer >= 1; got {max_batches!r}")
-    if not isinstance(idata, xr.DataTree) or "posterior" not in idata.children:
-        raise TypeError(
-            "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
-            f"group); got {type(idata).__name__}"
-        )
+    require_posterior(idata)
     start = time.perf_counter()
     model = pm.modelcontext(model)
     fmodel, terms = forward_model(model, initial_state=initial_state)
@@ -208,6 +204,15 @@ def forward_correction(
         attrs, route=route, n_forward_solves=n_solves, time_s=time.perf_counter() - start
     )
     return result
+
+
+def require_posterior(idata) -> None:
+    """A ``TypeError`` unless ``idata`` is a sampler's result (a DataTree with a posterior)."""
+    if not isinstance(idata, xr.DataTree) or "posterior" not in idata.children:
+        raise TypeError(
+            "idata must be the result of pw.sample or pm.sample (a DataTree with a posterior "
+            f"group); got {type(idata).__name__}"
+        )
 
 
 def _posterior_values(idata, model: pm.Model) -> dict[str, np.ndarray]:

@@ -253,6 +253,8 @@ def sample(
         raise ValueError(f"whiten must be True, False or 'auto'; got {whiten!r}")
     if correction not in (None, "forward"):
         raise ValueError(f"correction must be None or 'forward'; got {correction!r}")
+    if not isinstance(check, bool | np.bool_):
+        raise TypeError(f"check must be True or False; got {check!r}")
     _check_sample_counts(draws, kwargs)
     model = pm.modelcontext(model)
     kwargs.setdefault("cores", min(4, _usable_cpus()))

@@ -398,9 +398,11 @@ def test_low_swap_acceptance_warns_with_the_rungs_that_fix_it():
         pm.Normal("y", mu[:, None], 1.0, observed=np.tile(y, (d, 1)))
     opts = {"tune": 300, "chains": 2, "relaxation": "power", "model": model}
     opts |= {"random_seed": 0, "progressbar": False, "cores": 1}
-    with pytest.warns(SFTWarning, match="below the 0.2-0.5") as record:
+    # A ladder this short may also leave the chains disagreeing (R-hat): that warning is
+    # asked for too, and the one about the swap rate must be among them.
+    with pytest.warns(SFTWarning) as record:
         sample_sft(300, rungs=4, **opts)
-    [msg] = [str(w.message) for w in record if "below the" in str(w.message)]
+    [msg] = [str(w.message) for w in record if "below the 0.2-0.5" in str(w.message)]
     rungs = int(re.search(r"about (\d+) rungs", msg).group(1))
     exact = _exact_barrier(y, d, 10.0, 1e-3, np.random.default_rng(0))  # 5.18
     assert rungs == 1 + int(np.ceil(exact / _barrier_per_pair(0.35))), msg

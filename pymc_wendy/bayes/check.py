@@ -48,6 +48,7 @@ from pymc_wendy.bayes.correction import (
     require_posterior,
 )
 from pymc_wendy.bayes.forward import SOLVER_OPTIONS, forward_model
+from pymc_wendy.model._sensitivity import CHAOS_NOISE_SHARE, solver_error_share
 from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = [
@@ -64,11 +65,6 @@ __all__ = [
 K_THRESHOLD = 0.7
 #: shift of a posterior mean, in weak posterior sds, above which the posteriors differ
 SHIFT_THRESHOLD = 0.3
-#: share of the noise level that the solver's relative tolerance, amplified by the largest
-#: singular value of ``du(t)/du0`` over the data, may reach before the forward problem is
-#: treated as chaotic and the check skipped (Lorenz over 10 time units: about 1e-4 of it;
-#: over 30: above 1)
-CHAOS_NOISE_SHARE = 0.1
 #: fewest draws the check weighs: Pareto smoothing fits the largest 20 % of the weights
 MIN_DRAWS = 50
 
@@ -223,13 +219,8 @@ def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]
         except SolveFailed:
             continue
         J = lik.base_model.n_params
-        g = float(np.max(np.linalg.norm(S[:, :, J:], ord=2, axis=(1, 2))))
-        if lik.noise == "lognormal":
-            noise = np.min(sigma)
-        else:
-            noise = np.min(sigma / np.maximum(np.sqrt(np.mean(lik.U**2, axis=0)), 1e-300))
-        growth = max(growth, g)
-        share = max(share, SOLVER_OPTIONS["rtol"] * g / noise)
+        g, s = solver_error_share(S[:, :, J:], sigma, lik.U, lik.noise, SOLVER_OPTIONS["rtol"])
+        growth, share = max(growth, g), max(share, s)
     return growth, share
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import time
 import warnings
 from collections.abc import Mapping
@@ -11,6 +12,7 @@ import numpy as np
 
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
+from pymc_wendy.estimators._forward_check import filter_dof, forward_check, misfit_message
 from pymc_wendy.estimators._problem import prepare
 from pymc_wendy.estimators.identifiability import assess
 from pymc_wendy.estimators.output_error import residual_noise_of_data
@@ -30,6 +32,10 @@ from pymc_wendy.weak.likelihood import (
 from pymc_wendy.weak.protocol import Likelihood
 
 __all__ = ["fit"]
+
+#: True while :func:`fit` runs the inner fits of ``sigma="residual"``, whose estimate it
+#: checks against the data itself once the noise level is final
+_INNER = contextvars.ContextVar("pymc_wendy_inner_fit", default=False)
 
 
 @single_blas_thread
@@ -228,9 +234,18 @@ def fit(
     assess(res, problem.bounds)
     if data is not None:
         res.time_origin, res.time_unit = data.origin, data.time_unit
-    res.wall_time = time.perf_counter() - start_time
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
+    if estimator.initial_state and not _INNER.get():
+        # the estimators whose every input is the weak likelihood (registry.Estimator's
+        # initial_state): their estimate never met a forward solve
+        if problem.sigma_estimated:
+            noise = ("estimated by the high-order filter", filter_dof(np.size(res.t)))
+        else:
+            noise = ("given", np.inf)
+        # stack: _check_forward, fit, its BLAS wrapper, the caller
+        _check_forward(res, solver, data is not None, *noise, stacklevel=4)
+    res.wall_time = time.perf_counter() - start_time
     return res
 
 
@@ -288,9 +303,13 @@ def _fit_residual_noise(
         )
     if not isinstance(model, ODEModel) or isinstance(t, list | tuple):
         raise ValueError("sigma='residual' needs an ODEModel and the data of one experiment (t, U)")
-    with warnings.catch_warnings():  # the filter's estimate is only the first step here
-        warnings.simplefilter("ignore", ShortSeriesWarning)
-        first = fit(model, t, U, estimator.name, sigma="filter", **kwargs)
+    token = _INNER.set(True)  # the final estimate is checked below
+    try:
+        with warnings.catch_warnings():  # the filter's estimate is only the first step here
+            warnings.simplefilter("ignore", ShortSeriesWarning)
+            first = fit(model, t, U, estimator.name, sigma="filter", **kwargs)
+    finally:
+        _INNER.reset(token)
     # output error has its own initial state; the weak-form estimators leave it free, and it
     # is fitted to all the data
     u0 = first.u0
@@ -303,6 +322,10 @@ def _fit_residual_noise(
     except SimulationError as exc:
         if auto:
             warn_filter_fallback(first.t.size, exc, stacklevel=3)
+            first.history["forward_check"] = {
+                "verdict": "skipped",
+                "note": f"the ODE solve at the estimate failed ({exc}): see the ShortSeriesWarning",
+            }
             first.wall_time = time.perf_counter() - start_time
             return first
         raise SimulationError(
@@ -311,7 +334,11 @@ def _fit_residual_noise(
     again = {**kwargs, "p0": first.x, "n_starts": 1}
     if kwargs["u0"] is None and first.u0 is not None:
         again["u0"] = first.u0
-    res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
+    token = _INNER.set(True)
+    try:
+        res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
+    finally:
+        _INNER.reset(token)
     res.sigma_estimated = True
     if res.u0 is None:  # fitted to all the data: the trajectory res.simulate() draws
         res.u0 = est.u0
@@ -323,6 +350,9 @@ def _fit_residual_noise(
         "dof": est.dof,
     }
     _check_reproduces_data(res, X, est.sigma)
+    if estimator.initial_state:
+        source = "estimated from the forward residuals at the first estimate"
+        _check_forward(res, kwargs["solver"], True, source, est.dof, stacklevel=5)
     res.wall_time = time.perf_counter() - start_time
     return res
 
@@ -349,3 +379,40 @@ def _check_reproduces_data(res: FitResult, X: np.ndarray, residual_sd: np.ndarra
         res.status = "no_fit"
         res.message = f"{reason} (estimator: {res.message})"
         warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=4)
+
+
+def _check_forward(
+    res: FitResult, solver, one: bool, noise_source: str, noise_dof: float, *, stacklevel: int
+) -> None:
+    """The forward check of a weak-form estimate (:mod:`._forward_check`), in
+    ``res.history["forward_check"]``: a fit whose ODE solution misses the data gets
+    ``success=False``, status ``"forward_misfit"`` and a :class:`FitWarning`; one whose solve
+    fails at the estimate keeps its result with a warning. ``one``: the fit is of one
+    experiment of an :class:`ODEModel` (not of a likelihood object or several experiments);
+    ``noise_source`` how the fit's noise level was obtained, ``noise_dof`` its degrees of
+    freedom (``inf`` when given)."""
+    lik = res.likelihood
+    if not res.success:
+        note = "not checked: the fit did not succeed"
+    elif not one or res.n_experiments != 1:
+        note = (
+            "not checked: only a fit of one experiment of an ODEModel is (this one was of a "
+            "likelihood object or of several experiments)"
+        )
+    else:
+        note = None
+    if note is not None:
+        res.history["forward_check"] = {"verdict": "skipped", "note": note}
+        return
+    entry = forward_check(
+        lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, res.sigma, inputs=lik.inputs,
+        solver=solver, known=lik.initial_state, noise_dof=noise_dof, noise_source=noise_source,
+    )  # fmt: skip
+    res.history["forward_check"] = entry
+    if entry["verdict"] == "misfit":
+        res.success = False
+        res.status = "forward_misfit"
+        res.message = f"{misfit_message(entry, lik.base_model.states)} (estimator: {res.message})"
+        warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
+    elif entry["verdict"] == "solve_failed":
+        warnings.warn(f"{res.method}: {entry['note']}", FitWarning, stacklevel=stacklevel)

@@ -178,7 +178,13 @@ def fit(
         the data do not determine (fewer residuals than parameters, a rank-deficient
         residual Jacobian, or for ``"mle"`` a Hessian that is not positive definite at the
         estimate: :mod:`pymc_wendy.estimators.identifiability`), whose message then names
-        the parameters and whose covariances and intervals are NaN.
+        the parameters and whose covariances and intervals are NaN. A weak-form estimate
+        (``"mle"``, ``"irls"``, ``"wls"``) of one experiment is checked against the data by
+        one forward solve (the known ``initial_state``, else one fitted to all the data):
+        forward residuals too large for the noise level give ``success=False``, status
+        ``"forward_misfit"`` and a :class:`FitWarning` pointing to ``method="hybrid"``; a
+        forward solve that fails at the estimate, a warning. ``history["forward_check"]``
+        keeps the numbers (:mod:`pymc_wendy.estimators._forward_check`, ``docs/data.md``).
 
     Examples
     --------

@@ -47,8 +47,10 @@ _WEAK_KINDS = ("sandwich", "gls", "hessian")
 
 
 class FitWarning(RuntimeWarning):
-    """An estimator stopped without meeting its convergence criteria, or the data do not
-    determine the parameters at its estimate (``FitResult.identifiability``)."""
+    """An estimator stopped without meeting its convergence criteria, the data do not
+    determine the parameters at its estimate (``FitResult.identifiability``), or the ODE
+    solution at a weak-form estimate does not fit the data or cannot be computed
+    (``FitResult.history["forward_check"]``)."""
 
 
 @dataclass(eq=False)
@@ -120,7 +122,11 @@ class FitResult:
         ``"normality"``, ``"fallback"``, ``"unidentifiable"``, ``"indefinite_hessian"``,
         ...). ``"no_fit"``: the ODE solution at the estimate explains none of a state's
         variation (checked where the forward residuals are computed: ``sigma="residual"``
-        and the short-series default). ``"failed"``: the estimator could not evaluate
+        and the short-series default). ``"forward_misfit"``: the ODE solution at a
+        weak-form estimate (``"mle"``, ``"irls"``, ``"wls"``), from the known or a fitted
+        initial state, misses the data by more than the noise level allows
+        (``history["forward_check"]``; refit with ``method="hybrid"``). ``"failed"``: the
+        estimator could not evaluate
         its objective at the point it returns (output error whose forward solves all
         failed); ``x`` is then where it stopped, and every covariance, standard error and
         interval is NaN.
@@ -164,7 +170,12 @@ class FitResult:
         error); the weak-form kinds are computed on demand from ``likelihood``.
     history : dict
         Method-specific record: IRLS iterates and Shapiro-Wilk p-values, the starts of a
-        multi-start fit and their NLLs, or the stages of the hybrid method.
+        multi-start fit and their NLLs, or the stages of the hybrid method. Weak-form fits
+        add ``"forward_check"``: whether the ODE solution at the estimate fits the data
+        (:mod:`pymc_wendy.estimators._forward_check`): ``verdict`` (``"passed"``,
+        ``"misfit"``, ``"skipped"`` or ``"solve_failed"``), ``note``, and per state
+        ``residual_sd``, ``noise_sd``, their ``ratio`` and ``p_value``, with ``dof``,
+        ``noise_dof``, ``u0``, ``growth`` (of ``|du/du0|`` over the data) and ``time_s``.
     bias_correction : BiasCorrection or None
         Set when the fit was bias-corrected: the estimate, covariances and intervals are then
         the corrected estimator's (the inverse Hessian of the corrected objective,

@@ -1,0 +1,158 @@
+"""pw.fit's forward check of weak-form estimates (issue 55 item 2; ``_forward_check``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pymc_wendy as pw
+from pymc_wendy.estimators import _forward_check as fc
+from pymc_wendy.estimators.results import FitWarning
+
+LV = pw.get_problem("lotka_volterra")
+LOGISTIC = pw.get_problem("logistic")
+LORENZ = pw.get_problem("lorenz")
+
+
+def test_wrong_known_initial_state_warns():
+    """The case of the issue: Lotka-Volterra data starting near (1.09, 0.91) fitted with the
+    known state (5, 5): a converged weak fit far off, whose solution misses the data."""
+    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0)
+    with pytest.warns(FitWarning, match="does not fit the data") as record:
+        res = pw.fit(LV.model, data.t, data.U, initial_state=[5, 5], t0=0)
+    assert "method='hybrid'" in str(record[0].message)
+    assert "forward_correction" in str(record[0].message)
+    assert res.success is False
+    assert res.status == "forward_misfit"
+    check = res.history["forward_check"]
+    assert check["verdict"] == "misfit"
+    assert check["initial_state"] == "known"
+    assert check["failing"] == ("x", "y")
+    assert np.all(check["ratio"] > 4)  # residual sd over noise sd (8.6 on 1025 points)
+    np.testing.assert_array_equal(check["u0"], [5.0, 5.0])
+    assert "x, y" in res.message
+    assert res.summary().attrs["status"] == "forward_misfit"
+
+
+@pytest.mark.parametrize("method", ["mle", "irls", "wls"])
+def test_well_specified_data_pass_with_numbers(method):
+    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=1)
+    res = pw.fit(LV.model, data.t, data.U, method=method)  # a warning would fail the test
+    assert res.success
+    check = res.history["forward_check"]
+    assert check["verdict"] == "passed"
+    assert check["initial_state"] == "fitted"
+    assert check["noise_source"] == "estimated by the high-order filter"
+    assert check["dof"] == data.t.size - 3  # N - (J + n0) / D = 257 - 6 / 2
+    assert 0 < check["noise_dof"] < data.t.size
+    np.testing.assert_allclose(check["ratio"], 1.0, atol=0.2)
+    np.testing.assert_allclose(check["ratio"], check["residual_sd"] / check["noise_sd"])
+    np.testing.assert_allclose(check["noise_sd"], res.sigma)
+    assert np.all(check["p_value"] > fc.FALSE_ALARM)
+    assert check["growth"] > 1 and check["solver_share"] < 1e-3
+    assert check["u0"] == pytest.approx(LV.u0, abs=0.1)
+    assert 0 < check["time_s"] < res.wall_time
+
+
+def test_given_sigma_is_compared_exactly():
+    data = LOGISTIC.simulate(noise_ratio=0.05, subsample=4, seed=2)
+    res = pw.fit(LOGISTIC.model, data.t, data.U, sigma=data.sigma)
+    check = res.history["forward_check"]
+    assert check["verdict"] == "passed"
+    assert check["noise_source"] == "given" and np.isinf(check["noise_dof"])
+    # a noise level claimed three times too small: the fit's own sigma is what it is held to
+    with pytest.warns(FitWarning, match="does not fit the data"):
+        bad = pw.fit(LOGISTIC.model, data.t, data.U, sigma=data.sigma / 3)
+    assert bad.status == "forward_misfit"
+    assert bad.history["forward_check"]["ratio"][0] == pytest.approx(3, rel=0.15)
+
+
+def test_lorenz_over_many_lyapunov_times_is_skipped():
+    """Over 30 time units du/du0 grows by about 1e8: the solver's own error exceeds the noise,
+    and the forward residuals say nothing. Skipped with a note, no warning."""
+    data = pw.simulate(
+        LORENZ.model, LORENZ.p_true, LORENZ.u0, (0, 30), n_points=257, noise_ratio=0.1, seed=0
+    )
+    res = pw.fit(LORENZ.model, data.t, data.U)
+    assert res.success
+    check = res.history["forward_check"]
+    assert check["verdict"] == "skipped"
+    assert check["note"].startswith("chaotic over this span")
+    assert check["solver_share"] > 1 and check["growth"] > 1e6
+
+
+def test_forward_solve_failure_warns_and_keeps_the_fit():
+    """A known initial state of -0.5 for logistic data: the solution from it blows up at
+    t ~ 0.1, so the estimate cannot be checked; it is suspect, and said to be."""
+    data = LOGISTIC.simulate(noise_ratio=0.05, n_points=257, seed=0)
+    with pytest.warns(FitWarning, match="could not be checked"):
+        res = pw.fit(LOGISTIC.model, data.t, data.U, initial_state=[-0.5], t0=0)
+    check = res.history["forward_check"]
+    assert check["verdict"] == "solve_failed"
+    assert "hybrid" in check["note"]
+    assert res.success and res.status == "converged"  # the estimate is kept as it is
+    assert check["ratio"] is None
+
+
+def test_not_checked_without_one_experiment_of_a_model():
+    d1 = LOGISTIC.simulate(noise_ratio=0.05, subsample=4, seed=3)
+    d2 = LOGISTIC.simulate(noise_ratio=0.05, subsample=4, seed=4)
+    res = pw.fit(LOGISTIC.model, [d1.t, d2.t], [d1.U, d2.U])
+    assert res.history["forward_check"]["verdict"] == "skipped"
+    assert "several experiments" in res.history["forward_check"]["note"]
+    lik = pw.WeakLikelihood(LOGISTIC.model, d1.t, d1.U)
+    res = pw.fit(lik)
+    assert res.history["forward_check"]["verdict"] == "skipped"
+    # forward-solve estimators have nothing to check
+    res = pw.fit(LOGISTIC.model, d1.t, d1.U, method="oels")
+    assert "forward_check" not in res.history
+
+
+def test_short_series_checks_the_final_estimate():
+    """Below 64 points the noise level comes from the forward residuals at the first
+    estimate; the final estimate is checked against it (once, not in the inner fits)."""
+    data = LOGISTIC.simulate(noise_ratio=0.05, n_points=31, seed=0)
+    res = pw.fit(LOGISTIC.model, data.t, data.U)
+    check = res.history["forward_check"]
+    assert check["verdict"] == "passed"
+    assert check["noise_source"].startswith("estimated from the forward residuals")
+    assert check["noise_dof"] == res.history["noise"]["dof"]
+
+
+def test_excess_thresholds():
+    # a correct fit's ratio stays below both parts; 1.4 on a long series is significant but
+    # not material; 1.6 is both
+    fails, p = fc.excess(np.array([1.05, 1.4, 1.6]), 510.0, np.inf)
+    assert fails.tolist() == [False, False, True]
+    assert p[0] > 0.01 and p[1] < 1e-10
+    # on 21 points with a known sigma the statistical part is the stricter one
+    fails, _ = fc.excess(np.array([1.55, 1.6]), 18.0, np.inf)
+    assert fails.tolist() == [False, True]
+    # an estimated noise level with few degrees of freedom proves little
+    fails, _ = fc.excess(np.array([2.0]), 18.0, 2.0)
+    assert not fails.any()
+    assert fc.filter_dof(513) == pytest.approx(0.2518 * (513 - 16), rel=1e-3)
+
+
+def test_continuation_stages():
+    assert fc.stages(128, 513) == [256, 513]
+    assert fc.stages(10, 21) == [21]
+    # the growth of du/du0 limits each step to GROWTH_STEP
+    profile = np.exp(np.linspace(0.0, 10.0, 513))  # e^10 over the data
+    steps = fc.stages(128, 513, profile)
+    assert steps[-1] == 513 and all(b > a for a, b in zip([128, *steps], steps, strict=False))
+    for a, b in zip([128, *steps], steps, strict=False):
+        assert profile[b - 1] <= fc.GROWTH_STEP * profile[a - 1] * 1.0001 or b == a + 1
+
+
+@pytest.mark.slow
+def test_silent_on_well_specified_catalogue_data():
+    """The false-alarm rate on the catalogue (docs/validation.md measures 20 data sets per
+    cell): 5 seeds per problem at 513 points and 10 % noise, no warning."""
+    for name in ("logistic", "lotka_volterra", "fitzhugh_nagumo", "goodwin_2d"):
+        prob = pw.get_problem(name)
+        kw = {} if prob.model.is_linear_in_params else {"bounds": prob.bounds}
+        for seed in range(5):
+            data = prob.simulate(noise_ratio=0.1, subsample=2, seed=seed)
+            res = pw.fit(prob.model, data.t, data.U, **kw)
+            assert res.history["forward_check"]["verdict"] == "passed", (name, seed)

@@ -97,7 +97,7 @@ def drift_posterior():
         pw.WeakODELikelihood(
             "U", ode=ode, params=[a], sigma=[DRIFT_SIGMA], t=t, observed=y[:, None]
         )
-        idata = pw.sample(1000, chains=2, progressbar=False, random_seed=5)
+        idata = pw.sample(1000, chains=2, progressbar=False, random_seed=5, check=False)
     X = np.column_stack([t, np.ones_like(t)])
     precision = X.T @ X / DRIFT_SIGMA**2 + np.diag([DRIFT_A_SD**-2, DRIFT_U0_SD**-2])
     cov = np.linalg.inv(precision)

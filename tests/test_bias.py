@@ -315,7 +315,7 @@ def test_sample_sft_targets_the_corrected_objective():
     assert np.isfinite(d_relaxed) and abs(d_relaxed) < abs(d_top)
     with model:
         idata = pw.sample_sft(
-            draws=100, tune=100, chains=1, rungs=3, random_seed=3, progressbar=False
+            draws=100, tune=100, chains=1, rungs=3, random_seed=3, progressbar=False, check=False
         )
     post = idata.posterior["p"].values.reshape(-1, 2)
     assert np.all(np.abs(post.mean(0) - res.x) < 3 * res.stderr)

@@ -24,7 +24,9 @@ def _covers(seed: int) -> np.ndarray:
     with pm.Model(coords={"param": prob.model.params}):
         p = pm.Normal("p", 0, 10, dims="param")
         pmw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
-        idata = pmw.sample(500, tune=500, chains=2, random_seed=seed, progressbar=False)
+        idata = pmw.sample(
+            500, tune=500, chains=2, random_seed=seed, progressbar=False, check=False
+        )
     q = (
         idata.posterior["p"]
         .quantile([(1 - NOMINAL) / 2, (1 + NOMINAL) / 2], dim=("chain", "draw"))

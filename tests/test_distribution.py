@@ -63,7 +63,7 @@ def test_nuts_at_default_settings_converges_and_covers_the_truth(name, n_points)
     model = _model(prob, data)
     with warnings.catch_warnings(record=True) as caught, model:
         warnings.simplefilter("always")
-        idata = pmw.sample(random_seed=5, progressbar=False)
+        idata = pmw.sample(random_seed=5, progressbar=False, check=False)
     assert not [w for w in caught if "object mode" in str(w.message).lower()]
     assert idata.posterior.attrs["inference_library"] == "nutpie"
     summary = az.summary(idata)
@@ -116,7 +116,7 @@ def test_random_sigma_posterior_concentrates_near_the_true_noise_level():
         sigma = pm.HalfNormal("sigma", 1, dims="state")
         WeakODELikelihood("U", ode=prob.model, params=p, sigma=sigma, t=data.t, observed=data.U)
     with model:
-        idata = pmw.sample(500, tune=500, chains=2, random_seed=4, progressbar=False)
+        idata = pmw.sample(500, tune=500, chains=2, random_seed=4, progressbar=False, check=False)
     post = idata.posterior["sigma"]
     mean, sd = post.mean(("chain", "draw")).values, post.std(("chain", "draw")).values
     # measured: posterior means 0.92 and 0.84 of the truth, sd about 6 % (1/sqrt(2K), K = 149)
@@ -146,7 +146,7 @@ def test_predictive_draws_simulate_the_ode_with_noise():
     prob, data = _data("lotka_volterra", 129, 0.05, seed=3)
     model = _model(prob, data)
     with model:
-        idata = pmw.sample(200, tune=300, chains=2, random_seed=2, progressbar=False)
+        idata = pmw.sample(200, tune=300, chains=2, random_seed=2, progressbar=False, check=False)
         pp = pm.sample_posterior_predictive(idata, random_seed=3, progressbar=False)
     draws = pp.posterior_predictive["U"]
     assert draws.shape == (2, 200, *data.U.shape)

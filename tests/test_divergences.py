@@ -85,7 +85,13 @@ def test_sample_warns_where_a_centred_funnel_diverges():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             idata = pw.sample(
-                1000, tune=300, chains=2, random_seed=1, progressbar=False, target_accept=0.6
+                1000,
+                tune=300,
+                chains=2,
+                random_seed=1,
+                progressbar=False,
+                target_accept=0.6,
+                check=False,
             )
     assert int(idata.sample_stats["diverging"].sum()) > 0
     reports = [str(w.message) for w in caught if issubclass(w.category, pw.DivergenceWarning)]

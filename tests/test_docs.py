@@ -102,6 +102,7 @@ def test_cli_demo_runs_and_reports(capsys, tmp_path):
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "MAP" in out and "true values inside their 95 % credible intervals" in out
+    assert "local test functions" in out and "check against the exact" in out
     assert plot.stat().st_size > 10_000
 
 

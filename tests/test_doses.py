@@ -324,6 +324,9 @@ def test_weak_ode_likelihood_with_doses_and_predictive_draws():
         )
         idata = pw.sample(200, tune=200, chains=2, progressbar=False, random_seed=1)
         pp = pm.sample_posterior_predictive(idata, progressbar=False, random_seed=2)
+    # no exact stage for inputs yet: the check is skipped, with the reason in the result
+    check = idata["weak_check"].attrs
+    assert check["verdict"] == "skipped" and "inputs" in check["note"], check
     post = idata.posterior["p"]
     mean, sd = post.mean(("chain", "draw")).values, post.std(("chain", "draw")).values
     assert np.all(np.abs(mean - IV_TRUE) < 4 * sd)

@@ -48,7 +48,7 @@ def posterior(two):
     m = _shared_model(two)
     with m, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pw.sample(300, tune=300, chains=2, random_seed=1, progressbar=False)
+        idata = pw.sample(300, tune=300, chains=2, random_seed=1, progressbar=False, check=False)
     return m, idata
 
 
@@ -102,7 +102,9 @@ def test_sample_sft_runs_on_several_experiments(two):
     m = _shared_model(two)
     with m, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pw.sample_sft(150, tune=150, rungs=3, chains=2, random_seed=3, progressbar=False)
+        res = pw.sample_sft(
+            150, tune=150, rungs=3, chains=2, random_seed=3, progressbar=False, check=False
+        )
     post = res.posterior["p"].values.reshape(-1, 4)
     d1, d2 = two
     joint = pw.fit(LV.model, [d1.t, d2.t], [d1.U, d2.U])

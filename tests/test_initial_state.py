@@ -427,7 +427,7 @@ def test_initial_state_with_a_prior_in_pymc():
             pw.WeakODELikelihood(
                 "C", ode=PK, params=p, t=t, observed=U, sigma=sd, initial_state=init, t0=0.0
             )
-            idata = pw.sample(500, chains=2, progressbar=False, random_seed=3)
+            idata = pw.sample(500, chains=2, progressbar=False, random_seed=3, check=False)
         post = idata.posterior["p"].values.reshape(-1, 3)
         summaries[label] = (post.mean(0), post.std(0))
         assert int(idata.sample_stats["diverging"].sum()) == 0

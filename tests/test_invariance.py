@@ -92,7 +92,7 @@ def test_posterior_rescales_within_monte_carlo_error():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pw.sample(400, model=model, tune=300, chains=2, random_seed=3,
-                              progressbar=False)  # fmt: skip
+                              progressbar=False, check=False)  # fmt: skip
         return idata.posterior["p"].to_numpy().reshape(-1, 4) * ct
 
     a, b = run(1.0), run(100.0)

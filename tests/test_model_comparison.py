@@ -212,7 +212,7 @@ def test_sample_stores_pointwise_values_and_experiments_stay_joint():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             idata = pw.sample(
-                100, tune=100, chains=1, random_seed=1, progressbar=False,
+                100, tune=100, chains=1, random_seed=1, progressbar=False, check=False,
                 idata_kwargs={"log_likelihood": True},
             )  # fmt: skip
     assert idata.log_likelihood["U1"].dims == ("chain", "draw", "U1_test_function", "state")

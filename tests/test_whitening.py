@@ -58,7 +58,10 @@ def test_whitened_model_is_the_same_density_and_maps_back(logistic):
 @pytest.mark.slow
 def test_whitened_nuts_gives_the_plain_posterior(logistic):
     _, data, model = logistic
-    kwargs = dict(chains=2, random_seed=7, progressbar=False, idata_kwargs={"log_likelihood": True})
+    kwargs = dict(
+        chains=2, random_seed=7, progressbar=False, check=False,
+        idata_kwargs={"log_likelihood": True},
+    )  # fmt: skip
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         plain = pw.sample(1000, model=model, tune=500, whiten=False, **kwargs)
@@ -96,7 +99,9 @@ def test_auto_leaves_a_model_with_unstarted_variables_alone(logistic):
         pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        idata = pw.sample(50, model=model, tune=50, chains=1, random_seed=1, progressbar=False)
+        idata = pw.sample(
+            50, model=model, tune=50, chains=1, random_seed=1, progressbar=False, check=False
+        )
     assert "whitened" not in idata.posterior.attrs
     assert set(idata.posterior.data_vars) == {"scale", "p"}
 

@@ -17,13 +17,15 @@ subsample of the weak posterior's draws, how far apart the two posteriors are:
    weak draws themselves (on Lotka-Volterra at 129 points their importance ESS was 10-20 %
    of the draws, and 200 of them gave shifts that varied by 0.3 sd between seeds).
 
-The weak posterior "agrees" when ``k <= 0.7`` and every shift is at most 0.3 sd. Otherwise
-it "differs", and :func:`~pymc_wendy.forward_correction` gives the exact posterior. Where no
-forward solve is meaningful the check is "skipped" with a note: models the forward solver
-does not take yet, and solutions so sensitive to their initial state (chaotic systems over
-long spans) that the solver's own error, amplified by the growth of ``du/du0`` over the
-data, exceeds :data:`CHAOS_NOISE_SHARE` of the noise level: the exact likelihood is then
-not computable at the solver's tolerance, let alone a reference.
+The exact posterior's sds come from the same weights: the **sd ratio** of each variable is
+its exact sd over its weak sd. The weak posterior "agrees" when ``k <= 0.7``, every shift is
+at most 0.3 sd and every sd ratio lies in [0.8, 1.25]. Otherwise it "differs", and
+:func:`~pymc_wendy.forward_correction` gives the exact posterior. Where no forward solve is
+meaningful the check is "skipped" with a note: models the forward solver does not take yet,
+and solutions so sensitive to their initial state (chaotic systems over long spans) that the
+solver's own error, amplified by the growth of ``du/du0`` over the data, exceeds
+:data:`CHAOS_NOISE_SHARE` of the noise level: the exact likelihood is then not computable at
+the solver's tolerance, let alone a reference.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = [
     "CHAOS_NOISE_SHARE",
     "K_THRESHOLD",
     "MIN_DRAWS",
+    "SD_RATIO_RANGE",
     "SHIFT_THRESHOLD",
     "WeakPosteriorWarning",
     "check_weak",
@@ -65,6 +68,10 @@ __all__ = [
 K_THRESHOLD = 0.7
 #: shift of a posterior mean, in weak posterior sds, above which the posteriors differ
 SHIFT_THRESHOLD = 0.3
+#: range of the exact-over-weak sd ratio within which the sds agree (a 25 % wider or
+#: narrower interval is a different answer; the ratio's Monte Carlo error on 200 moved draws
+#: is about 0.07)
+SD_RATIO_RANGE = (0.8, 1.25)
 #: fewest draws the check weighs: Pareto smoothing fits the largest 20 % of the weights
 MIN_DRAWS = 50
 
@@ -104,10 +111,12 @@ def check_weak(
     Returns
     -------
     xarray.Dataset
-        One variable per free variable of ``model`` (its dims, no chain or draw): the shift of
-        its posterior mean, ``(exact - weak) / weak sd``. ``attrs``: ``verdict``
-        (``"agrees"``, ``"differs"``, ``"skipped"`` or ``"failed"``), ``pareto_k``,
-        ``max_shift``, ``k_threshold``, ``shift_threshold``, ``n_draws``, ``n_failed``
+        One variable per free variable of ``model`` (its dims after a ``statistic``
+        dimension, no chain or draw): ``"shift"``, the shift of its posterior mean,
+        ``(exact - weak) / weak sd``, and ``"sd_ratio"``, exact sd / weak sd. ``attrs``:
+        ``verdict`` (``"agrees"``, ``"differs"``, ``"skipped"`` or ``"failed"``),
+        ``pareto_k``, ``max_shift``, ``min_sd_ratio``, ``max_sd_ratio``, ``k_threshold``,
+        ``shift_threshold``, ``sd_ratio_range``, ``n_draws``, ``n_failed``
         (checked draws whose forward solve failed), ``importance_ess``, ``note`` (why it
         differs or why it was skipped), ``time_s``. ``pw.sample`` stores it as the group
         ``weak_check``.
@@ -162,22 +171,31 @@ def check_weak(
         return _finish(model, "failed", note, start, warn, **counts)
     exact = forward.constrained(Z)
     w = np.exp(weighted["log_weight"])
-    shifts = {
-        rv.name: _shift(np.asarray(values[rv.name], dtype=float)[finite], w, exact[rv.name])
+    moments = {
+        rv.name: _moments(np.asarray(values[rv.name], dtype=float)[finite], w, exact[rv.name])
         for rv in weak.rvs
     }
+    shifts = {name: m[0] for name, m in moments.items()}
+    ratios = {name: m[1] for name, m in moments.items()}
     k = float(weighted["k"])
     max_shift = float(max(np.max(np.abs(s), initial=0.0) for s in shifts.values()))
+    low = float(min(np.min(r, initial=np.inf) for r in ratios.values()))
+    high = float(max(np.max(r, initial=-np.inf) for r in ratios.values()))
     reasons = []
     if k > K_THRESHOLD:
         reasons.append(f"the exact/weak density ratios have Pareto k {k:.2f} > {K_THRESHOLD}")
     if max_shift > SHIFT_THRESHOLD:
         name, index = _largest(shifts)
         reasons.append(f"the mean of {name}{index} moves {max_shift:.2f} weak posterior sd")
+    lo, hi = SD_RATIO_RANGE
+    if high > hi or low < lo:
+        name, index = _largest({n: np.abs(np.log(r)) for n, r in ratios.items()})
+        r = high if high / hi > lo / low else low
+        reasons.append(f"the sd of {name}{index} is {r:.2f} times the weak one")
     return _finish(
         model, "differs" if reasons else "agrees", "; ".join(reasons), start, warn,
-        shifts=shifts, pareto_k=k, max_shift=max_shift, importance_ess=float(weighted["ess"]),
-        **counts,
+        moments=moments, pareto_k=k, max_shift=max_shift, min_sd_ratio=low, max_sd_ratio=high,
+        importance_ess=float(weighted["ess"]), **counts,
     )  # fmt: skip
 
 
@@ -195,12 +213,17 @@ def _check_arguments(idata, n_draws) -> None:
         )
 
 
-def _shift(weak: np.ndarray, w: np.ndarray, exact: np.ndarray) -> np.ndarray:
-    """``(exact mean - weak mean) / weak sd`` of one variable: weak draws ``(S, ...)``, the
-    weighted exact draws ``exact`` with normalised weights ``w``; 0 where the sd is 0."""
+def _moments(weak: np.ndarray, w: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """``[(exact mean - weak mean) / weak sd, exact sd / weak sd]`` of one variable: weak
+    draws ``(S, ...)``, the weighted exact draws ``exact`` with normalised weights ``w``;
+    shift 0 and ratio 1 where the weak sd is 0 (a fixed value)."""
     sd = weak.std(axis=0)
-    moved = np.tensordot(w, exact, axes=1) - weak.mean(axis=0)
-    return np.divide(moved, sd, out=np.zeros_like(moved), where=sd > 0)
+    mean = np.tensordot(w, exact, axes=1)
+    exact_sd = np.sqrt(np.tensordot(w, (exact - mean) ** 2, axes=1))
+    moved = mean - weak.mean(axis=0)
+    shift = np.divide(moved, sd, out=np.zeros_like(moved), where=sd > 0)
+    ratio = np.divide(exact_sd, sd, out=np.ones_like(moved), where=sd > 0)
+    return np.stack([shift, ratio])
 
 
 def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]:
@@ -237,13 +260,15 @@ def _largest(shifts: dict) -> tuple[str, str]:
     return best, where_
 
 
-def _finish(model, verdict, note, start, warn, *, shifts=None, **numbers) -> xr.Dataset:
+def _finish(model, verdict, note, start, warn, *, moments=None, **numbers) -> xr.Dataset:
     """The check's Dataset (module doc), with its warning."""
-    data, coords = {}, {}
-    for name, s in (shifts or {}).items():
-        s = np.asarray(s)
-        dims = model.named_vars_to_dims.get(name) or tuple(f"{name}_dim_{i}" for i in range(s.ndim))
-        data[name] = (dims, s)
+    data, coords = {}, {"statistic": ["shift", "sd_ratio"]}
+    for name, m in (moments or {}).items():
+        m = np.asarray(m)
+        dims = model.named_vars_to_dims.get(name) or tuple(
+            f"{name}_dim_{i}" for i in range(m.ndim - 1)
+        )
+        data[name] = (("statistic", *dims), m)
         for d in dims:
             if model.coords.get(d) is not None:
                 coords[d] = list(model.coords[d])
@@ -251,8 +276,11 @@ def _finish(model, verdict, note, start, warn, *, shifts=None, **numbers) -> xr.
         "verdict": verdict,
         "pareto_k": np.nan,
         "max_shift": np.nan,
+        "min_sd_ratio": np.nan,
+        "max_sd_ratio": np.nan,
         "k_threshold": K_THRESHOLD,
         "shift_threshold": SHIFT_THRESHOLD,
+        "sd_ratio_range": list(SD_RATIO_RANGE),
         "n_draws": 0,
         "n_failed": 0,
         "importance_ess": np.nan,

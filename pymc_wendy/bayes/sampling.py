@@ -34,6 +34,13 @@ particles at a variable's ``initval``, which would collapse its population.
 * **It says where divergences sit** (:class:`~pymc_wendy.bayes.divergences.DivergenceWarning`):
   the variable whose divergent draws crowd into one tail of its posterior, with advice for a
   hierarchical model's group-level scales (centred or non-centred).
+* **It returns the exact posterior where the weak one is off** (``correction="auto"``): the
+  weak draws are checked against the forward-solve posterior of the same model
+  (:func:`~pymc_wendy.check_weak`) and, where the two differ, corrected to it
+  (:func:`~pymc_wendy.forward_correction`). A PyMC user expects the posterior of the model
+  written down, the ODE with its noise; the weak likelihood approximates it, and on the
+  catalogue's problems the approximation moved posterior means by 0.3-3 sd
+  (``docs/forward.md``, "The default result").
 * **Chains run on every CPU the process may use** (up to 4, as PyMC caps it). PyMC's default
   ``cores`` counts physical cores only, so on a 2-CPU virtual machine it ran all chains on one:
   FitzHugh-Nagumo, 4 x 1000 draws, took 274 s at CPU/wall 1.00 against 171 s at 1.66 with
@@ -42,6 +49,7 @@ particles at a variable's ``initval``, which would collapse its population.
 
 from __future__ import annotations
 
+import logging
 import numbers
 import os
 import warnings
@@ -71,7 +79,12 @@ from pymc_wendy.estimators import weak_least_squares, wendy_mle
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 
-__all__ = ["initial_values", "laplace", "sample"]
+__all__ = ["CORRECTIONS", "initial_values", "laplace", "sample"]
+
+_log = logging.getLogger("pymc.wendy")  # a child of PyMC's logger: shown as its messages are
+
+#: what :func:`sample` and :func:`~pymc_wendy.sample_sft` return (``correction=``)
+CORRECTIONS = ("auto", "forward", None)
 
 
 def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
@@ -187,9 +200,9 @@ def sample(
     initvals: dict | None = None,
     whiten: bool | str = "auto",
     blas_threads: int | None = 1,
-    correction: str | None = None,
+    correction: str | None = "auto",
     correction_kwargs: dict | None = None,
-    check: bool = False,
+    check: bool = True,
     **kwargs,
 ):
     """Draw posterior samples with NUTS, like :func:`pymc.sample` (see the module doc).
@@ -213,22 +226,27 @@ def sample(
         and the Hessian there is positive definite; ``True`` raises where it is not.
     blas_threads : int or None
         BLAS threads while sampling (None leaves the library default).
-    correction : {None, "forward"}
-        ``"forward"``: correct the weak posterior to the forward-solve posterior of the same
-        model (:func:`~pymc_wendy.forward_correction`, with ``correction_kwargs``) and
-        return that, with the weak draws in a ``weak_posterior`` group.
-        ``idata_kwargs={"log_likelihood": True}`` then stores the forward model's
-        log-likelihood, one value per time point and state; without a correction, the
-        weak likelihood's pointwise values (:func:`~pymc_wendy.compute_log_likelihood`).
+    correction : {"auto", "forward", None}
+        What is returned (``docs/forward.md``, "The default result"). ``"auto"``: the weak
+        posterior is checked against the exact (forward-solve) posterior of the same model
+        (:func:`~pymc_wendy.check_weak`); where they differ, the result is the exact
+        posterior (:func:`~pymc_wendy.forward_correction`, with ``correction_kwargs``), the
+        weak draws and their sampler statistics kept as ``weak_posterior`` and
+        ``weak_sample_stats``, and ``posterior.attrs["corrected"] = 1``; where they agree, or no forward solve is meaningful (the check is "skipped",
+        its note says why), the weak posterior. ``"forward"``: always the corrected
+        posterior (no check). ``None``: always the weak posterior; the check still runs
+        when ``check`` is True and warns when they differ.
+        ``idata_kwargs={"log_likelihood": True}`` stores the returned posterior's own
+        pointwise log-likelihood: the forward model's (one value per time point and state)
+        when corrected, else the weak likelihood's
+        (:func:`~pymc_wendy.compute_log_likelihood`).
     correction_kwargs : dict, optional
-        Options of :func:`~pymc_wendy.forward_correction`.
+        Options of :func:`~pymc_wendy.forward_correction`; its ``initial_state`` (the prior
+        of initial states the weak model does not have) is also the check's.
     check : bool
-        Check the weak posterior against the exact (forward-solve) posterior of the model
-        (:func:`~pymc_wendy.check_weak`, on 200 draws; its ``initial_state`` from
-        ``correction_kwargs``): the result gets a ``weak_check`` group, and a
-        :class:`~pymc_wendy.WeakPosteriorWarning` names the correction when the two differ.
-        Not done when ``correction`` is given (the result is the exact posterior).
-        Off by default for now, while the default result is being decided (issue 55).
+        Run the check (on 200 draws; the result gets a ``weak_check`` group with every
+        shift, the Pareto ``k`` and the verdict). ``False`` skips it, and with it the
+        automatic correction: the weak posterior, unchecked.
     **kwargs
         Everything else goes to :func:`pymc.sample` (``tune``, ``chains``, ``cores``,
         ``nuts_sampler``, ``random_seed``, ``target_accept``, ...). ``cores`` defaults to the
@@ -239,8 +257,15 @@ def sample(
     Returns
     -------
     xarray.DataTree
-        The ArviZ result of :func:`pymc.sample`. A whitened run's ``posterior.attrs`` has
-        ``whitened = 1``.
+        The ArviZ result of :func:`pymc.sample`, or of the correction (``correction``); a
+        ``weak_check`` group when checked. A whitened run's ``posterior.attrs`` has
+        ``whitened = 1``, a corrected one's ``corrected = 1``.
+
+    Warns
+    -----
+    WeakPosteriorWarning
+        With ``correction=None``, when the weak posterior differs from the exact one; with
+        any, when the check or the correction failed.
 
     Raises
     ------
@@ -251,10 +276,7 @@ def sample(
     """
     if whiten not in (True, False, "auto"):
         raise ValueError(f"whiten must be True, False or 'auto'; got {whiten!r}")
-    if correction not in (None, "forward"):
-        raise ValueError(f"correction must be None or 'forward'; got {correction!r}")
-    if not isinstance(check, bool | np.bool_):
-        raise TypeError(f"check must be True or False; got {check!r}")
+    check_result_options(correction, check)
     _check_sample_counts(draws, kwargs)
     model = pm.modelcontext(model)
     kwargs.setdefault("cores", min(4, _usable_cpus()))
@@ -296,25 +318,76 @@ def sample(
         idata.posterior.attrs["target_accept"] = kwargs["target_accept"]
     if isinstance(idata, xr.DataTree):
         _warn_divergences(idata, scales)
-    if correction is None:
-        if log_likelihood and isinstance(idata, xr.DataTree):
-            compute_log_likelihood(idata, model, progressbar=kwargs.get("progressbar", True))
-        if check and isinstance(idata, xr.DataTree):
-            attach_check(idata, model, kwargs.get("random_seed"), correction_kwargs)
+    if not isinstance(idata, xr.DataTree):  # return_inferencedata=False: draws as they are
         return idata
-    return _corrected(idata, model, kwargs, correction_kwargs, log_likelihood)
+    options = {
+        "random_seed": kwargs.get("random_seed"),
+        "progressbar": kwargs.get("progressbar", True),
+        "log_likelihood": log_likelihood,
+    }
+    return exact_by_default(idata, model, correction, check, correction_kwargs, **options)
 
 
-def attach_check(idata, model: pm.Model, seed, options: dict | None) -> None:
-    """Store :func:`~pymc_wendy.check_weak` of ``idata`` as its ``weak_check`` group (its
-    warning, if any, pointing at the caller's caller: the user's ``pw.sample`` line)."""
+def check_result_options(correction, check) -> None:
+    """Raise for a ``correction`` or ``check`` that :func:`exact_by_default` cannot use."""
+    if not (correction is None or (isinstance(correction, str) and correction in CORRECTIONS)):
+        raise ValueError(f"correction must be 'auto', 'forward' or None; got {correction!r}")
+    if not isinstance(check, bool | np.bool_):
+        raise TypeError(f"check must be True or False; got {check!r}")
+
+
+def exact_by_default(
+    idata,
+    model: pm.Model,
+    correction: str | None,
+    check: bool,
+    correction_kwargs: dict | None,
+    *,
+    random_seed=None,
+    progressbar: bool = True,
+    log_likelihood: bool = False,
+):
+    """The result of a weak sampler (:func:`sample`, :func:`~pymc_wendy.sample_sft`) as
+    ``correction`` and ``check`` ask (see :func:`sample`): checked, and corrected where the
+    check finds the weak posterior off. Warnings point at the caller's caller, the user's
+    sampling line."""
     from pymc_wendy.bayes.check import check_weak, warn_check
 
-    seed = int(seed) + 2 if isinstance(seed, numbers.Integral) else None
-    initial_state = (options or {}).get("initial_state")
+    if correction == "forward":
+        return _corrected(idata, model, random_seed, progressbar, correction_kwargs, log_likelihood)
+    if not check:
+        return _weak_result(idata, model, progressbar, log_likelihood)
+    seed = int(random_seed) + 2 if isinstance(random_seed, numbers.Integral) else None
+    initial_state = (correction_kwargs or {}).get("initial_state")
     result = check_weak(idata, model, initial_state=initial_state, random_seed=seed, warn=False)
+    if correction == "auto" and result.attrs["verdict"] == "differs":
+        _log.info(
+            "The weak posterior differs from the exact one (%s): correcting it to the "
+            "forward-solve posterior (correction='auto'; the weak draws are kept as "
+            "weak_posterior)",
+            result.attrs["note"],
+        )
+        try:
+            corrected = _corrected(
+                idata, model, random_seed, progressbar, correction_kwargs, log_likelihood
+            )
+        except RuntimeError as exc:  # the forward solve failed at every proposal draw
+            result.attrs["note"] += f"; the correction failed: {exc}"
+            result.attrs["verdict"] = "failed"
+        else:
+            corrected["weak_check"] = xr.DataTree(result)
+            corrected.posterior.attrs["corrected"] = 1
+            return corrected
+    idata = _weak_result(idata, model, progressbar, log_likelihood)
     idata["weak_check"] = xr.DataTree(result)
     warn_check(result, stacklevel=4)
+    return idata
+
+
+def _weak_result(idata, model: pm.Model, progressbar: bool, log_likelihood: bool):
+    if log_likelihood:
+        compute_log_likelihood(idata, model, progressbar=progressbar)
+    return idata
 
 
 def _group_scales(model: pm.Model, started: set) -> set[str]:
@@ -336,7 +409,7 @@ def _warn_divergences(idata, scales: set[str]) -> None:
 
 
 def _corrected(
-    idata, model: pm.Model, kwargs: dict, options: dict | None, log_likelihood: bool = False
+    idata, model: pm.Model, seed, progressbar: bool, options: dict | None, log_likelihood: bool
 ):
     """The forward correction of ``idata``, the weak draws kept as ``weak_posterior``; with
     ``log_likelihood``, the forward model's own pointwise values (one per time point and
@@ -345,12 +418,13 @@ def _corrected(
     from pymc_wendy.bayes.forward import forward_model
 
     options = dict(options or {})
-    seed = kwargs.get("random_seed")
     if isinstance(seed, numbers.Integral):
         options.setdefault("random_seed", int(seed) + 1)
-    options.setdefault("progressbar", kwargs.get("progressbar", True))
+    options.setdefault("progressbar", progressbar)
     result = forward_correction(idata, model, **options)
     result["weak_posterior"] = idata.posterior
+    if "sample_stats" in idata.children:  # the weak sampler's diagnostics (divergences, ...)
+        result["weak_sample_stats"] = idata.sample_stats
     if log_likelihood:
         fmodel, _ = forward_model(model, initial_state=options.get("initial_state"))
         # the forward solve's Op runs in Python: the C VM, not numba's object mode

@@ -15,7 +15,7 @@ from pymc.blocking import DictToArrayBijection
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy._threads import one_blas_thread
-from pymc_wendy.bayes.sampling import check_count
+from pymc_wendy.bayes.sampling import check_count, check_result_options, exact_by_default
 from pymc_wendy.bayes.tempering.ladder import Relaxation, make_ladder
 from pymc_wendy.bayes.tempering.model import TemperedModel
 from pymc_wendy.bayes.tempering.pool import Runner, worker_count
@@ -41,6 +41,9 @@ def sample_sft(
     progressbar: bool = True,
     keep_rungs: bool = True,
     cores: int | None = None,
+    correction: str | None = "auto",
+    correction_kwargs: dict | None = None,
+    check: bool = True,
 ):
     """Sample a model with weak likelihoods by replica exchange over relaxed rungs.
 
@@ -89,6 +92,11 @@ def sample_sft(
         most ``chains``). Workers are forked, so this applies on Linux; elsewhere, and with
         ``cores=1``, the populations run one after another in this process. The draws are
         the same either way.
+    correction, correction_kwargs, check :
+        The check of the top rung's draws against the exact (forward-solve) posterior and
+        the result where they differ, as in :func:`~pymc_wendy.sample` (default: the exact
+        posterior where the weak one is off; the weak draws then in ``weak_posterior``, the
+        rungs and swap statistics unchanged).
 
     Returns
     -------
@@ -119,6 +127,7 @@ def sample_sft(
     """
     model = pm.modelcontext(model)
     _check_arguments(model, relaxation, swap, target_accept)
+    check_result_options(correction, check)
     _check_counts(draws, tune, chains, cores, max_treedepth, None if ladder is not None else rungs)
     C, T, D = int(chains), int(tune), int(draws)
     workers = worker_count(cores, C)
@@ -145,7 +154,11 @@ def sample_sft(
     start_time = time.perf_counter()
     results = _run_blocks(target, lad, populations, workers, T, D, adapt, progressbar)
     elapsed = time.perf_counter() - start_time
-    return assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap)
+    idata = assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap)
+    return exact_by_default(
+        idata, model, correction, check, correction_kwargs,
+        random_seed=random_seed, progressbar=progressbar,
+    )  # fmt: skip
 
 
 def _check_arguments(model, relaxation, swap, target_accept) -> None:

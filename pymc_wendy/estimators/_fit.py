@@ -245,12 +245,8 @@ def fit(
     if estimator.initial_state and not _INNER.get():
         # the estimators whose every input is the weak likelihood (registry.Estimator's
         # initial_state): their estimate never met a forward solve
-        if problem.sigma_estimated:
-            noise = ("estimated by the high-order filter", filter_dof(np.size(res.t)))
-        else:
-            noise = ("given", np.inf)
         # stack: _check_forward, fit, its BLAS wrapper, the caller
-        _check_forward(res, solver, data is not None, *noise, stacklevel=4)
+        _check_forward(res, solver, data is not None, stacklevel=4)
     res.wall_time = time.perf_counter() - start_time
     return res
 
@@ -357,8 +353,7 @@ def _fit_residual_noise(
     }
     _check_reproduces_data(res, X, est.sigma)
     if estimator.initial_state:
-        source = "estimated from the forward residuals at the first estimate"
-        _check_forward(res, kwargs["solver"], True, source, est.dof, stacklevel=5)
+        _check_forward(res, kwargs["solver"], True, residual_dof=est.dof, stacklevel=5)
     res.wall_time = time.perf_counter() - start_time
     return res
 
@@ -388,15 +383,15 @@ def _check_reproduces_data(res: FitResult, X: np.ndarray, residual_sd: np.ndarra
 
 
 def _check_forward(
-    res: FitResult, solver, one: bool, noise_source: str, noise_dof: float, *, stacklevel: int
+    res: FitResult, solver, one: bool, *, residual_dof: float | None = None, stacklevel: int
 ) -> None:
     """The forward check of a weak-form estimate (:mod:`._forward_check`), in
     ``res.history["forward_check"]``: a fit whose ODE solution misses the data gets
     ``success=False``, status ``"forward_misfit"`` and a :class:`FitWarning`; one whose solve
     fails at the estimate keeps its result with a warning. ``one``: the fit is of one
     experiment of an :class:`ODEModel` (not of a likelihood object or several experiments);
-    ``noise_source`` how the fit's noise level was obtained, ``noise_dof`` its degrees of
-    freedom (``inf`` when given)."""
+    ``residual_dof``: the noise level came from the forward residuals at a first estimate,
+    with these degrees of freedom."""
     lik = res.likelihood
     if not res.success:
         note = "not checked: the fit did not succeed"
@@ -410,6 +405,15 @@ def _check_forward(
     if note is not None:
         res.history["forward_check"] = {"verdict": "skipped", "note": note}
         return
+    if residual_dof is not None:
+        noise_source, noise_dof = (
+            "estimated from the forward residuals at the first estimate",
+            residual_dof,
+        )
+    elif res.sigma_estimated:
+        noise_source, noise_dof = "estimated by the high-order filter", filter_dof(res.t.size)
+    else:
+        noise_source, noise_dof = "given", np.inf
     entry = forward_check(
         lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, res.sigma, inputs=lik.inputs,
         solver=solver, known=lik.initial_state, noise_dof=noise_dof, noise_source=noise_source,

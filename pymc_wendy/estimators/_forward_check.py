@@ -36,7 +36,7 @@ of an :class:`~pymc_wendy.ODEModel`, :func:`pymc_wendy.fit` calls :func:`forward
 4. Where a failed test could come from the forward solve rather than the estimate, it is
    not trusted: when the solver's error, amplified by the growth of ``du/du0`` over the data,
    is a share of the noise level above
-   :data:`~pymc_wendy.model._sensitivity.CHAOS_NOISE_SHARE` (the guard of
+   :data:`~pymc_wendy.model.sensitivity.CHAOS_NOISE_SHARE` (the guard of
    :func:`~pymc_wendy.check_weak`, computed from the first step's initial state before the
    rest of the fit: Lorenz over 30 time units, most over 20 at 5 % noise); and when the
    initial state is fitted and the same procedure fails on data simulated at the estimate
@@ -62,13 +62,13 @@ from pymc_wendy.estimators.output_error import (
     fit_initial_state,
     residual_noise_of_data,
 )
-from pymc_wendy.model._sensitivity import CHAOS_NOISE_SHARE, solver_error_share
 from pymc_wendy.model.compiled_solve import (
     SolveFailed,
     compiled_solver,
     max_steps_for,
     supports,
 )
+from pymc_wendy.model.sensitivity import CHAOS_NOISE_SHARE, solver_error_share
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.noise import noise_filter
 
@@ -148,13 +148,19 @@ def continue_initial_state(
     refitted on more rows step by step (:func:`stages`) up to all of them; a step that does
     not lower the misfit is not taken. Each least-squares step is capped at
     :data:`_STAGE_NFEV` evaluations: from the previous step's state a solution converges in a
-    few."""
+    few. Where the solution from the previous step's state diverges on the longer span (a
+    start fitted to the first noisy points, below zero), the step starts afresh from the
+    data (:func:`~pymc_wendy.estimators.output_error.fit_initial_state` on its rows)."""
     log = noise == "lognormal"
     x = np.log(u0) if log else np.asarray(u0, dtype=float)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
     for m in stages(n, t.size, profile):
         prob = _InitialState(model, t, X, noise, p, m, opts, inputs)
         start = float(np.sum(prob.residual(x) ** 2))
+        if prob.problem.n_failed:
+            fresh = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=m)
+            x = np.log(fresh) if log else fresh
+            start = float(np.sum(prob.residual(x) ** 2))
         fit = optimize.least_squares(
             prob.residual, x, jac=prob.jacobian, x_scale="jac", max_nfev=_STAGE_NFEV
         )
@@ -186,94 +192,108 @@ def forward_check(
     ``known`` a known :class:`~pymc_wendy.model.data.InitialState`.
     """
     start = time.perf_counter()
-    p = np.asarray(p, dtype=float)
     sigma = np.broadcast_to(np.asarray(sigma, dtype=float), (X.shape[1],)).copy()
+    case = _Case(model, t, X, U, noise, np.asarray(p, dtype=float), sigma, inputs, solver, known)
     entry = {
-        "verdict": "passed",
-        "residual_sd": None,
-        "noise_sd": sigma,
-        "ratio": None,
-        "p_value": None,
-        "dof": None,
-        "noise_dof": float(noise_dof),
-        "noise_source": noise_source,
-        "initial_state": "known" if known is not None else "fitted",
-        "u0": None,
-        "failing": (),
-        "growth": None,
-        "solver_share": None,
-        "recovery_ratio": None,
-        "false_alarm": FALSE_ALARM,
-        "material": MATERIAL,
-        "note": "",
-    }
+        "verdict": "passed", "residual_sd": None, "noise_sd": sigma, "ratio": None,
+        "p_value": None, "dof": None, "noise_dof": float(noise_dof),
+        "noise_source": noise_source, "initial_state": "fitted" if known is None else "known",
+        "u0": None, "failing": (), "growth": None, "solver_share": None,
+        "recovery_ratio": None, "false_alarm": FALSE_ALARM, "material": MATERIAL,
+    }  # fmt: skip
+    verdict, note = _run(case, entry)
+    entry.update(verdict=verdict, note=note, time_s=time.perf_counter() - start)
+    return entry
 
-    def done(verdict: str, note: str = "") -> dict:
-        entry.update(verdict=verdict, note=note, time_s=time.perf_counter() - start)
-        return entry
 
-    opts = {**DEFAULT_SOLVER, **(solver or {})}
+class _Case:
+    """What the check works on: the model, the data and the estimate."""
+
+    def __init__(self, model, t, X, U, noise, p, sigma, inputs, solver, known):
+        self.model, self.t, self.X, self.U, self.noise = model, t, X, U, noise
+        self.p, self.sigma, self.inputs, self.solver, self.known = p, sigma, inputs, solver, known
+        self.opts = {**DEFAULT_SOLVER, **(solver or {})}
+
+    def residuals(self, u0, n, profile):
+        """:func:`residual_noise_of_data` from the known state, or from ``u0`` fitted to the
+        first ``n`` rows, refitted to all (:func:`continue_initial_state`)."""
+        m, t, X, noise, p = self.model, self.t, self.X, self.noise, self.p
+        if self.known is not None:
+            return residual_noise_of_data(
+                m, t, X, noise, p, self.inputs, self.solver, initial=self.known
+            )
+        u0 = continue_initial_state(m, t, X, noise, p, self.solver, self.inputs, u0, n, profile)
+        try:
+            return residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)
+        except SimulationError:  # the fit of all the data at once, as the last resort
+            return residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver)
+
+
+def _run(case: _Case, entry: dict) -> tuple[str, str]:
+    """Fill ``entry`` with the check's numbers; return its verdict and note."""
     try:
         # the chaos guard first, from the known state or the initial state fitted to the first
         # quarter: on a chaotic span the rest of the initial-state fit is long and pointless
-        if known is not None:
-            S0 = _sensitivity(model, p, known.u0, t, opts, t0=known.t0)
+        u0 = n = profile = None
+        if case.known is not None:
+            S0 = _sensitivity(case.model, case.p, case.known.u0, case.t, case.opts, case.known.t0)
         else:
-            n = _first_stage(t)
-            u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=n)
-            S0 = _sensitivity(model, p, u0, t, opts)
-        growth = share = profile = None
+            n = _first_stage(case.t)
+            u0 = fit_initial_state(
+                case.model, case.t, case.X, case.noise, case.p, case.solver, inputs=case.inputs,
+                n=n,
+            )  # fmt: skip
+            S0 = _sensitivity(case.model, case.p, u0, case.t, case.opts)
         if S0 is not None:
-            growth, share = solver_error_share(S0, sigma, U, noise, opts["rtol"])
+            share = solver_error_share(S0, case.sigma, case.U, case.noise, case.opts["rtol"])
+            entry["growth"], entry["solver_share"] = share
             profile = _profile(S0)
-        entry.update(growth=growth, solver_share=share)
-        if share is not None and share > CHAOS_NOISE_SHARE:
-            return done(
-                "skipped",
-                f"chaotic over this span: du/du0 grows by {growth:.1e} over the data, so the "
-                f"solver's error (relative tolerance {opts['rtol']:g}) reaches {share:.2g} of "
-                "the noise level, and the forward residuals would say nothing about the "
-                "estimate",
-            )
-        if known is not None:
-            est = residual_noise_of_data(model, t, X, noise, p, inputs, solver, initial=known)
-        else:
-            u0 = continue_initial_state(model, t, X, noise, p, solver, inputs, u0, n, profile)
-            est = residual_noise_of_data(model, t, X, noise, p, inputs, solver, u0=u0)
+            if entry["solver_share"] > CHAOS_NOISE_SHARE:
+                return "skipped", _chaos_note(entry, case.opts)
+        est = case.residuals(u0, n, profile)
     except SimulationError as exc:
-        return done(
-            "solve_failed",
+        return "solve_failed", (
             f"the ODE solve at the estimate fails over the data ({exc}), so the estimate "
             "could not be checked against them; a weak-form estimate whose solution cannot be "
-            "computed over the data is suspect: refit with method='hybrid'",
+            "computed over the data is suspect: refit with method='hybrid'"
         )
     except ValueError as exc:  # too few points for the degrees of freedom
-        return done("skipped", f"no forward check: {exc}")
-    sd, dof, u0 = est.sigma, est.dof, np.asarray(est.u0, dtype=float)
-    ratio = sd / sigma
-    fails, pval = excess(ratio, dof, noise_dof)
-    entry.update(residual_sd=sd, ratio=ratio, p_value=pval, dof=dof, u0=u0)
-    entry["failing"] = tuple(model.states[i] for i in np.flatnonzero(fails))
+        return "skipped", f"no forward check: {exc}"
+    ratio = est.sigma / case.sigma
+    fails, pval = excess(ratio, est.dof, entry["noise_dof"])
+    entry.update(residual_sd=est.sigma, ratio=ratio, p_value=pval, dof=est.dof)
+    entry["u0"] = np.asarray(est.u0, dtype=float)
+    entry["failing"] = tuple(case.model.states[i] for i in np.flatnonzero(fails))
     if not fails.any():
-        return done("passed")
-    if known is None:
-        recovered = _recovery(model, t, p, u0, sigma, noise, inputs, solver, opts)
+        return "passed", ""
+    if case.known is None:
+        recovered = _recovery(case, entry["u0"])
         entry["recovery_ratio"] = recovered
-        if recovered is None or excess(recovered, dof, np.inf)[0].any():
-            what = (
-                "the solve failed"
-                if recovered is None
-                else f"its residual sd is {_fmt(recovered)} noise sd"
-            )
-            grew = "" if growth is None else f"; du/du0 grows by {growth:.1e} over the data"
-            return done(
-                "skipped",
-                "chaotic over this span (or as sensitive to the initial state): on data "
-                "simulated at the estimate the initial state cannot be recovered "
-                f"({what}{grew}), so the forward residuals on these data (sd {_fmt(ratio)} "
-                "noise sd) say nothing about the estimate",
-            )
-    return done("misfit")
+        if recovered is None or excess(recovered, est.dof, np.inf)[0].any():
+            return "skipped", _recovery_note(entry)
+    return "misfit", ""
+
+
+def _chaos_note(entry: dict, opts: dict) -> str:
+    return (
+        f"chaotic over this span: du/du0 grows by {entry['growth']:.1e} over the data, so the "
+        f"solver's error (relative tolerance {opts['rtol']:g}) reaches "
+        f"{entry['solver_share']:.2g} of the noise level, and the forward residuals would say "
+        "nothing about the estimate"
+    )
+
+
+def _recovery_note(entry: dict) -> str:
+    recovered = entry["recovery_ratio"]
+    what = "the solve failed" if recovered is None else f"residual sd {_fmt(recovered)} noise sd"
+    growth = entry["growth"]
+    grew = "" if growth is None else f"; du/du0 grows by {growth:.1e} over the data"
+    return (
+        "chaotic over this span (or as sensitive to the initial state): on data simulated at "
+        f"the estimate the initial state cannot be recovered ({what}{grew}), so the forward "
+        f"residuals on these data (sd {_fmt(entry['ratio'])} noise sd) say nothing about the "
+        "estimate"
+    )
 
 
 def _sensitivity(model, p, u0, t, opts, t0=None) -> np.ndarray | None:
@@ -299,19 +319,20 @@ def _profile(S0: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.linalg.norm(S0, ord=2, axis=(1, 2)))
 
 
-def _recovery(model, t, p, u0, sigma, noise, inputs, solver, opts) -> np.ndarray | None:
-    """Residual sd over noise sd after the initial-state fit on data simulated at ``(p,
-    u0)`` with noise ``sigma`` (on the likelihood's scale); None if a solve fails."""
+def _recovery(case: _Case, u0: np.ndarray) -> np.ndarray | None:
+    """Residual sd over noise sd after the initial-state fit on data simulated at the
+    estimate from ``u0`` with the fit's noise level (on the likelihood's scale, seed
+    :data:`_SEED`); None if a solve fails."""
+    m, t, p, noise, sigma = case.model, case.t, case.p, case.noise, case.sigma
     try:
-        Z = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
+        Z = solve(m, p, u0, t, inputs=case.inputs or None, **case.opts)[:, m.observed_columns]
         if noise == "lognormal":
             if np.any(Z <= 0):
                 return None
             Z = np.log(Z)
-        rng = np.random.default_rng(_SEED)
-        Xs = Z + sigma * rng.standard_normal(Z.shape)
-        u0s = fit_initial_state_all(model, t, Xs, noise, p, solver, inputs)
-        est = residual_noise_of_data(model, t, Xs, noise, p, inputs, solver, u0=u0s)
+        Xs = Z + sigma * np.random.default_rng(_SEED).standard_normal(Z.shape)
+        u0s = fit_initial_state_all(m, t, Xs, noise, p, case.solver, case.inputs)
+        est = residual_noise_of_data(m, t, Xs, noise, p, case.inputs, case.solver, u0=u0s)
     except SimulationError:
         return None
     return est.sigma / sigma
@@ -328,10 +349,10 @@ def misfit_message(entry: dict, states) -> str:
         f"the ODE solution at the estimate{known} does not fit the data: forward residual sd "
         f"of {names} {_fmt(sd)} against noise sd {_fmt(noise)} ({entry['noise_source']}; "
         f"ratio {_fmt(sd / noise)}, p-value {_fmt(np.asarray(entry['p_value'])[idx])}). The "
-        "weak-form estimate is likely far from the exact (forward-solve) one: too few points "
-        "per oscillation or transient, a wrong known initial state, or a model that does not "
-        "describe the data. Refit with method='hybrid' (output error started from this "
-        "estimate); for posteriors, pw.forward_correction"
+        "weak-form estimate may be far from the exact (forward-solve) one (too few points per "
+        "oscillation or transient, a wrong known initial state), the model may not describe "
+        "the data, or a given noise level may be too small. Refit with method='hybrid' "
+        "(output error started from this estimate); for posteriors, pw.forward_correction"
     )
 
 

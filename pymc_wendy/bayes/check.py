@@ -50,7 +50,8 @@ from pymc_wendy.bayes.correction import (
     require_posterior,
 )
 from pymc_wendy.bayes.forward import SOLVER_OPTIONS, forward_model
-from pymc_wendy.model.sensitivity import CHAOS_NOISE_SHARE, solver_error_share
+from pymc_wendy.model.chaos import CHAOS_NOISE_SHARE, solver_error_share
+from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = [
     "CHAOS_NOISE_SHARE",
@@ -174,18 +175,9 @@ def check_weak(
         rv.name: _moments(np.asarray(values[rv.name], dtype=float)[finite], w, exact[rv.name])
         for rv in weak.rvs
     }
-    verdict, note, numbers = _verdict(moments, float(weighted["k"]))
-    return _finish(
-        model, verdict, note, start, warn, moments=moments,
-        importance_ess=float(weighted["ess"]), **numbers, **counts,
-    )  # fmt: skip
-
-
-def _verdict(moments: dict, k: float) -> tuple[str, str, dict]:
-    """``(verdict, note, numbers)`` from each variable's ``[shift, sd ratio]`` and the
-    weights' Pareto ``k`` (module doc)."""
     shifts = {name: m[0] for name, m in moments.items()}
     ratios = {name: m[1] for name, m in moments.items()}
+    k = float(weighted["k"])
     max_shift = float(max(np.max(np.abs(s), initial=0.0) for s in shifts.values()))
     low = float(min(np.min(r, initial=np.inf) for r in ratios.values()))
     high = float(max(np.max(r, initial=-np.inf) for r in ratios.values()))
@@ -200,8 +192,11 @@ def _verdict(moments: dict, k: float) -> tuple[str, str, dict]:
         name, index = _largest({n: np.abs(np.log(r)) for n, r in ratios.items()})
         r = high if high / hi > lo / low else low
         reasons.append(f"the sd of {name}{index} is {r:.2f} times the weak one")
-    numbers = {"pareto_k": k, "max_shift": max_shift, "min_sd_ratio": low, "max_sd_ratio": high}
-    return "differs" if reasons else "agrees", "; ".join(reasons), numbers
+    return _finish(
+        model, "differs" if reasons else "agrees", "; ".join(reasons), start, warn,
+        moments=moments, pareto_k=k, max_shift=max_shift, min_sd_ratio=low, max_sd_ratio=high,
+        importance_ess=float(weighted["ess"]), **counts,
+    )  # fmt: skip
 
 
 def _check_arguments(idata, n_draws) -> None:
@@ -242,8 +237,9 @@ def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]
         lik = term.likelihood
         p, sigma, u0 = forward.term_inputs(out, 0, k)
         sigma = np.broadcast_to(sigma, lik.U.shape).min(axis=0)
-        U, S = term.op.solve(p, u0)  # the observed states at the data times
-        if not np.all(np.isfinite(U)):
+        try:
+            _, S = term.op.solver.sensitivities(p, u0, term.op.times, **SOLVER_OPTIONS)
+        except SolveFailed:
             continue
         J = lik.base_model.n_params
         g, s = solver_error_share(S[:, :, J:], sigma, lik.U, lik.noise, SOLVER_OPTIONS["rtol"])

@@ -36,7 +36,7 @@ of an :class:`~pymc_wendy.ODEModel`, :func:`pymc_wendy.fit` calls :func:`forward
 4. Where a failed test could come from the forward solve rather than the estimate, it is
    not trusted: when the solver's error, amplified by the growth of ``du/du0`` over the data,
    is a share of the noise level above
-   :data:`~pymc_wendy.model.sensitivity.CHAOS_NOISE_SHARE` (the guard of
+   :data:`~pymc_wendy.model.chaos.CHAOS_NOISE_SHARE` (the guard of
    :func:`~pymc_wendy.check_weak`, computed from the first step's initial state before the
    rest of the fit: Lorenz over 30 time units, most over 20 at 5 % noise); and when the
    initial state is fitted and the same procedure fails on data simulated at the estimate
@@ -62,13 +62,13 @@ from pymc_wendy.estimators.output_error import (
     fit_initial_state,
     residual_noise_of_data,
 )
+from pymc_wendy.model.chaos import CHAOS_NOISE_SHARE, solver_error_share
 from pymc_wendy.model.compiled_solve import (
     SolveFailed,
     compiled_solver,
     max_steps_for,
     supports,
 )
-from pymc_wendy.model.sensitivity import CHAOS_NOISE_SHARE, solver_error_share
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.noise import noise_filter
 

@@ -135,8 +135,9 @@ def test_excess_thresholds():
 
 
 def test_continuation_stages():
-    assert fc.stages(128, 513) == [256, 513]
-    assert fc.stages(10, 21) == [21]
+    assert fc.stages(128, 513, np.ones(513)) == [256, 513]
+    assert fc.stages(10, 21, np.ones(21)) == [21]
+    assert fc.stages(25, 101) == [101]  # no sensitivities (inputs): one step
     # the growth of du/du0 limits each step to GROWTH_STEP
     profile = np.exp(np.linspace(0.0, 10.0, 513))  # e^10 over the data
     steps = fc.stages(128, 513, profile)

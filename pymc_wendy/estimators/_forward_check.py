@@ -6,17 +6,18 @@ initial state, too few points per oscillation or a misspecified model can give a
 fit whose trajectory misses the data by many noise levels. After such a fit of one experiment
 of an :class:`~pymc_wendy.ODEModel`, :func:`pymc_wendy.fit` calls :func:`forward_check`:
 
-1. The initial state: the known one (``initial_state=``), else fitted to all the data with
-   the parameters held at the estimate, by continuation: to the first quarter of the data
-   (:func:`~pymc_wendy.estimators.output_error.fit_initial_state`), then to more points from
-   there, each step at most doubling them and, where the compiled solver gives ``du/du0``
-   (first-order models without inputs), letting its norm grow by at most
-   :data:`GROWTH_STEP` (:func:`stages`). Fitted to all the data at once, from guesses taken
-   from the first points, it ended in a wrong local minimum (residuals 2-8 noise sd at the
-   *true* parameters) on Lotka-Volterra over 20 time units and Hindmarsh-Rose over 10 at
-   20 % noise, and on 8 of 12 Lorenz series over 15 time units (5 and 20 % noise); plain
-   doubling found the first ones but failed on 6 of the Lorenz series, the growth limit on
-   none.
+1. The initial state: the known one (``initial_state=``), else fitted with the parameters
+   held at the estimate: to the first quarter of the data
+   (:func:`~pymc_wendy.estimators.output_error.fit_initial_state`), kept if the test passes
+   from there (a better fit could only lower the residuals), else refitted to more points
+   step by step up to all of them, each step at most doubling them and letting the norm of
+   ``du/du0`` grow by at most :data:`GROWTH_STEP` (:func:`stages`; where the compiled solver
+   gives no ``du/du0``, models with inputs or of order > 1, one step to all the data).
+   Fitted to all the data at once, from guesses taken from the first points, it ended in a
+   wrong local minimum (residuals 2-8 noise sd at the *true* parameters) on Lotka-Volterra
+   over 20 time units and Hindmarsh-Rose over 10 at 20 % noise, and on 8 of 12 Lorenz series
+   over 15 time units (5 and 20 % noise); plain doubling found the first ones but failed on
+   6 of the Lorenz series, the growth limit on none.
 2. One forward solve from it, and per state the residual sd ``s_d = sqrt(RSS_d / nu)`` with
    ``nu = N - (J + n_0) / D`` degrees of freedom, against the noise sd ``sigma_d`` the fit
    used (:func:`~pymc_wendy.estimators.output_error.residual_noise_of_data`).
@@ -123,19 +124,22 @@ def _first_stage(t: np.ndarray) -> int:
 
 
 def stages(n: int, N: int, profile: np.ndarray | None = None) -> list[int]:
-    """Row counts of the continuation's steps after the first ``n`` rows, up to ``N``: each
-    step at most doubles the rows (a last step of under a quarter more is merged into the one
-    before) and, given the running maximum ``profile`` (N,) of ``|du(t)/du0|``, lets it grow
-    by at most :data:`GROWTH_STEP`."""
+    """Row counts of the continuation's steps after the first ``n`` rows, up to ``N``.
+
+    Given the running maximum ``profile`` (N,) of ``|du(t)/du0|``, each step at most doubles
+    the rows (a last step of under a quarter more is merged into the one before) and lets
+    ``profile`` grow by at most :data:`GROWTH_STEP`. Without it (models the compiled solver
+    does not take, whose sensitivity solves cost 0.1-0.3 s each), one step to all rows."""
+    if profile is None:
+        return [N] if n < N else []
     out = []
     while n < N:
         m = min(2 * n, N)
         if N - m < m // 4:
             m = N
-        if profile is not None:
-            # the first row beyond the allowed growth (profile is non-decreasing)
-            j = int(np.searchsorted(profile, GROWTH_STEP * profile[n - 1], side="right"))
-            m = min(m, max(j, n + 1))
+        # the first row beyond the allowed growth (profile is non-decreasing)
+        j = int(np.searchsorted(profile, GROWTH_STEP * profile[n - 1], side="right"))
+        m = min(m, max(j, n + 1))
         out.append(m)
         n = m
     return out
@@ -214,14 +218,22 @@ class _Case:
         self.p, self.sigma, self.inputs, self.solver, self.known = p, sigma, inputs, solver, known
         self.opts = {**DEFAULT_SOLVER, **(solver or {})}
 
-    def residuals(self, u0, n, profile):
+    def residuals(self, u0, n, profile, noise_dof):
         """:func:`residual_noise_of_data` from the known state, or from ``u0`` fitted to the
-        first ``n`` rows, refitted to all (:func:`continue_initial_state`)."""
+        first ``n`` rows: as it is if the test passes from there (a better fit of the initial
+        state can only lower the residuals), else refitted to all the rows
+        (:func:`continue_initial_state`)."""
         m, t, X, noise, p = self.model, self.t, self.X, self.noise, self.p
         if self.known is not None:
             return residual_noise_of_data(
                 m, t, X, noise, p, self.inputs, self.solver, initial=self.known
             )
+        try:
+            est = residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)
+            if not excess(est.sigma / self.sigma, est.dof, noise_dof)[0].any():
+                return est
+        except SimulationError:
+            pass
         u0 = continue_initial_state(m, t, X, noise, p, self.solver, self.inputs, u0, n, profile)
         try:
             return residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)
@@ -250,7 +262,7 @@ def _run(case: _Case, entry: dict) -> tuple[str, str]:
             profile = _profile(S0)
             if entry["solver_share"] > CHAOS_NOISE_SHARE:
                 return "skipped", _chaos_note(entry, case.opts)
-        est = case.residuals(u0, n, profile)
+        est = case.residuals(u0, n, profile, entry["noise_dof"])
     except SimulationError as exc:
         return "solve_failed", (
             f"the ODE solve at the estimate fails over the data ({exc}), so the estimate "

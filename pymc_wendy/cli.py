@@ -61,7 +61,8 @@ exit codes:
        "{PROG} <command>: error: ..." (--debug shows the traceback);
        or, for demo, a posterior that failed its checks: an R-hat not below
        1.01 (R-hat is undefined with --chains 1, so that always ends with 1)
-       or at least one divergence
+       or at least one divergence in the NUTS run that drew it, or, for a
+       reweighted exact posterior, a Pareto k above its threshold
   {EXIT_USAGE}    a bad command line (an unknown option, a value out of range)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a coverage study with --store keeps its
        finished runs, and the same command resumes it
@@ -90,10 +91,9 @@ def demo(
     points: 30 s against 82 s with the SVD test functions, the posterior means within 0.01
     sd, ``docs/forward.md``). Prints the ArviZ summary with the true values and whether each
     lies in its 95 % interval, and writes a plot of the data with posterior predictive bands
-    to ``output``. Returns 0 when every R-hat of the weak chains is below 1.01 and there are
-    no divergences, 1 otherwise (also with one chain, where R-hat is undefined).
+    to ``output``. Returns 0 when the returned posterior passed its checks
+    (:func:`_print_sampling`), 1 otherwise (also with one chain, where R-hat is undefined).
     """
-    import arviz as az
     import numpy as np
     import pymc as pm
 
@@ -141,39 +141,49 @@ def demo(
         idata = sample(
             draws, chains=chains, random_seed=seed, initvals=start, progressbar=True, **tuning
         )
-    t_total = time.perf_counter() - t0
+    ok = _print_sampling(idata, chains, draws, tune, time.perf_counter() - t0)
+    _print_summary(idata, data.p_true, p_map, stats_only=idata.attrs.get("route") == "importance")
+
+    if output:
+        _predictive_plot(model, idata, data, ode, predictive_draws, seed, output)
+    return EXIT_OK if ok else EXIT_FAILED
+
+
+def _print_sampling(idata, chains: int, draws: int, tune: int | None, t_total: float):
+    """What ``pw.sample`` did: the weak NUTS run, the check, the correction (if any), each
+    with its time. Returns whether the returned posterior passed its checks: the importance
+    weights' Pareto ``k`` (both) at most the threshold for a reweighted one, else R-hat below
+    1.01 and no divergences in the NUTS run that drew it."""
+    import arviz as az
+
     corrected = bool(idata.posterior.attrs.get("corrected"))
     weak = idata.weak_posterior if corrected else idata.posterior
+    stats = idata.weak_sample_stats if corrected else idata.sample_stats
     if tune is None:
         from pymc_wendy.bayes.sampling import WHITENED_TUNE
 
         tune = WHITENED_TUNE if weak.attrs.get("whitened") else 1000
-    stats = idata.weak_sample_stats if corrected else idata.sample_stats
     divergences = int(stats["diverging"].sum())
     ess = float(az.ess(weak.to_dataset())["p"].min())
     check = idata["weak_check"].attrs
-    t_check = check["time_s"]
     t_exact = idata.attrs.get("time_s", 0.0) if corrected else 0.0
-    t_sample = t_total - t_check - t_exact
+    t_sample = t_total - check["time_s"] - t_exact
     print(f"\nNUTS on the weak likelihood ({weak.attrs.get('inference_library', 'pymc')}): "
           f"{chains} chains x {draws} draws after {tune} tuning steps in {t_sample:.1f} s "
           f"(incl. compilation); min ESS {ess:.0f} ({ess / t_sample:.1f}/s); "
           f"{divergences} divergences")  # fmt: skip
     print(f"check against the exact (forward-solve) posterior: {check['verdict']} "
-          f"({t_check:.1f} s){': ' + check['note'] if check['note'] else ''}")  # fmt: skip
-    if corrected:
-        a = idata.attrs
-        print(f"corrected to the exact posterior ({a['route']} route, Pareto k "
-              f"{a['pareto_k']:.2f}, importance ESS {a['importance_ess']:.0f}, "
-              f"{a['n_forward_solves']} forward solves) in {t_exact:.1f} s")  # fmt: skip
-        if a["route"] == "nuts":
-            divergences += int(idata.sample_stats["diverging"].sum())
-    _print_summary(idata, data.p_true, p_map, stats_only=corrected and a["route"] != "nuts")
-
-    if output:
-        _predictive_plot(model, idata, data, ode, predictive_draws, seed, output)
-    max_rhat = float(az.rhat(weak.to_dataset())["p"].max())
-    return EXIT_OK if max_rhat < 1.01 and divergences == 0 else EXIT_FAILED
+          f"({check['time_s']:.1f} s){': ' + check['note'] if check['note'] else ''}")  # fmt: skip
+    if not corrected:
+        return float(az.rhat(weak.to_dataset())["p"].max()) < 1.01 and divergences == 0
+    a = idata.attrs
+    print(f"corrected to the exact posterior ({a['route']} route, Pareto k "
+          f"{a['pareto_k']:.2f}, importance ESS {a['importance_ess']:.0f}, "
+          f"{a['n_forward_solves']} forward solves) in {t_exact:.1f} s")  # fmt: skip
+    if a["route"] == "importance":
+        return max(a["pareto_k"], a["pareto_k_variance"]) <= a["khat_threshold"]
+    rhat = float(az.rhat(idata.posterior.to_dataset())["p"].max())
+    return rhat < 1.01 and int(idata.sample_stats["diverging"].sum()) == 0
 
 
 def _print_summary(idata, p_true, p_map, stats_only: bool = False) -> None:

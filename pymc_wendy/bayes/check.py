@@ -51,7 +51,6 @@ from pymc_wendy.bayes.correction import (
 )
 from pymc_wendy.bayes.forward import SOLVER_OPTIONS, forward_model
 from pymc_wendy.model.chaos import CHAOS_NOISE_SHARE, solver_error_share
-from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = [
     "CHAOS_NOISE_SHARE",
@@ -175,9 +174,18 @@ def check_weak(
         rv.name: _moments(np.asarray(values[rv.name], dtype=float)[finite], w, exact[rv.name])
         for rv in weak.rvs
     }
+    verdict, note, numbers = _verdict(moments, float(weighted["k"]))
+    return _finish(
+        model, verdict, note, start, warn, moments=moments,
+        importance_ess=float(weighted["ess"]), **numbers, **counts,
+    )  # fmt: skip
+
+
+def _verdict(moments: dict, k: float) -> tuple[str, str, dict]:
+    """``(verdict, note, numbers)`` from each variable's ``[shift, sd ratio]`` and the
+    weights' Pareto ``k`` (module doc)."""
     shifts = {name: m[0] for name, m in moments.items()}
     ratios = {name: m[1] for name, m in moments.items()}
-    k = float(weighted["k"])
     max_shift = float(max(np.max(np.abs(s), initial=0.0) for s in shifts.values()))
     low = float(min(np.min(r, initial=np.inf) for r in ratios.values()))
     high = float(max(np.max(r, initial=-np.inf) for r in ratios.values()))
@@ -192,11 +200,8 @@ def check_weak(
         name, index = _largest({n: np.abs(np.log(r)) for n, r in ratios.items()})
         r = high if high / hi > lo / low else low
         reasons.append(f"the sd of {name}{index} is {r:.2f} times the weak one")
-    return _finish(
-        model, "differs" if reasons else "agrees", "; ".join(reasons), start, warn,
-        moments=moments, pareto_k=k, max_shift=max_shift, min_sd_ratio=low, max_sd_ratio=high,
-        importance_ess=float(weighted["ess"]), **counts,
-    )  # fmt: skip
+    numbers = {"pareto_k": k, "max_shift": max_shift, "min_sd_ratio": low, "max_sd_ratio": high}
+    return "differs" if reasons else "agrees", "; ".join(reasons), numbers
 
 
 def _check_arguments(idata, n_draws) -> None:
@@ -237,9 +242,8 @@ def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]
         lik = term.likelihood
         p, sigma, u0 = forward.term_inputs(out, 0, k)
         sigma = np.broadcast_to(sigma, lik.U.shape).min(axis=0)
-        try:
-            _, S = term.op.solver.sensitivities(p, u0, term.op.times, **SOLVER_OPTIONS)
-        except SolveFailed:
+        U, S = term.op.solve(p, u0)  # the observed states at the data times
+        if not np.all(np.isfinite(U)):
             continue
         J = lik.base_model.n_params
         g, s = solver_error_share(S[:, :, J:], sigma, lik.U, lik.noise, SOLVER_OPTIONS["rtol"])

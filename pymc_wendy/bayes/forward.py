@@ -4,8 +4,9 @@
 :class:`~pymc_wendy.WeakODELikelihood` term becomes the Gaussian (or log-normal) likelihood
 of the data around the ODE's solution, everything else unchanged: the same priors, the same
 noise level variables, the same names and dims. The solution comes from
-:class:`ForwardSolution`, a pytensor Op around the compiled solver
-(:mod:`pymc_wendy.model.compiled_solve`) whose gradient comes from forward sensitivities.
+:class:`ForwardSolution`, a pytensor Op around
+:class:`~pymc_wendy.model.sensitivities.ForwardSolver` (inputs, doses and higher-order
+models included), whose gradient comes from forward sensitivities.
 
 The initial state, which the weak likelihood never needs, becomes a parameter: the term's own
 initial state when it has one (a known state, or the random variable given as
@@ -35,7 +36,9 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
 from pymc_wendy.bayes.distribution import WeakODERV
-from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, supports
+from pymc_wendy.estimators.output_error import polynomial_start
+from pymc_wendy.model.compiled_solve import SolveFailed
+from pymc_wendy.model.sensitivities import ForwardSolver
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
 __all__ = ["ForwardSolution", "ForwardTerm", "forward_model"]
@@ -49,17 +52,23 @@ class ForwardSolution(Op):
     """``(p, u0) -> (U, S)``: the solution at the data times and its sensitivities.
 
     ``U[m, d] = u_d(t_m)`` for the observed times ``t`` of a likelihood (solved from ``t0``
-    when that is earlier), ``S[m, d, k] = dU[m, d]/d(p, u0)_k``. A failed solve gives NaN
-    (a rejected point for a sampler, a zero weight for importance sampling). The gradient of
+    when that is earlier) and its observed states (a higher-order model's states, not their
+    derivatives), ``S[m, d, k] = dU[m, d]/d(p, u0)_k``, ``u0`` the companion state
+    (:attr:`~pymc_wendy.ODEModel.companion_states`; the states themselves for a first-order
+    model). The likelihood's inputs and doses are part of the solve
+    (:class:`~pymc_wendy.model.sensitivities.ForwardSolver`). A failed solve gives NaN (a
+    rejected point for a sampler, a zero weight for importance sampling). The gradient of
     ``U`` is ``S`` contracted with the output gradient; ``S`` has none.
     """
 
     def __init__(self, likelihood: WeakLikelihood, t0: float | None = None):
         self.likelihood = likelihood
-        self.solver = compiled_solver(likelihood.base_model)
         t = likelihood.t
         self.skip = int(t0 is not None and t0 < t[0])
         self.times = np.concatenate([[t0], t]) if self.skip else np.asarray(t, float)
+        model = likelihood.base_model
+        self.solver = ForwardSolver(model, self.times, likelihood.inputs, **SOLVER_OPTIONS)
+        self.columns = model.observed_columns
 
     def make_node(self, p, u0):
         p = pt.as_tensor_variable(p).astype("float64")
@@ -68,26 +77,30 @@ class ForwardSolution(Op):
 
     def solve(self, p: np.ndarray, u0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(U, S)`` as the Op computes them (NaN ``U`` when the solve fails)."""
-        model = self.likelihood.base_model
         try:
-            U, S = self.solver.sensitivities(p, u0, self.times, **SOLVER_OPTIONS)
+            U, S = self.solver.sensitivities(p, u0)
         except SolveFailed:
-            n, P = self.times.size - self.skip, model.n_params + model.n_states
-            return np.full((n, model.n_states), np.nan), np.zeros((n, model.n_states, P))
-        return U[self.skip :], S[self.skip :]
+            n, D, P = self._shape()
+            return np.full((n, D), np.nan), np.zeros((n, D, P))
+        return U[self.skip :, self.columns], S[self.skip :, self.columns]
 
     def solve_values(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
         """``U`` alone (no sensitivities); raises
         :class:`~pymc_wendy.model.compiled_solve.SolveFailed`."""
-        return self.solver.solve(p, u0, self.times, **SOLVER_OPTIONS)[self.skip :]
+        return self.solver.solve(p, u0)[self.skip :, self.columns]
+
+    def _shape(self) -> tuple[int, int, int]:
+        """``(n, D, P)``: output times, observed states, parameters plus initial values."""
+        model = self.likelihood.base_model
+        n = self.times.size - self.skip
+        return n, self.columns.size, model.n_params + self.solver.n_initial
 
     def perform(self, node, inputs, outputs):
         U, S = self.solve(*inputs)
         outputs[0][0], outputs[1][0] = U, S
 
     def infer_shape(self, node, input_shapes):
-        n, D = self.times.size - self.skip, self.likelihood.base_model.n_states
-        P = self.likelihood.base_model.n_params + D
+        n, D, P = self._shape()
         return [(n, D), (n, D, P)]
 
     def connection_pattern(self, node):
@@ -130,13 +143,26 @@ class ForwardTerm:
 
 
 def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVariable:
-    """The default prior of an unknown initial state (module doc), as an unnamed variable."""
-    U = likelihood.U
-    if likelihood.noise == "lognormal":
-        return pm.LogNormal.dist(mu=np.log(U[0]), sigma=0.5, shape=size)
-    scale = 0.5 * np.std(U, axis=0)
-    scale = np.where(scale > 0, scale, np.maximum(np.abs(U[0]), 1.0))
-    return pm.Normal.dist(mu=U[0], sigma=scale, shape=size)
+    """The default prior of an unknown initial state (module doc), as an unnamed variable:
+    ``size`` companion values (a higher-order model's states and their derivatives)."""
+    U, model = likelihood.U, likelihood.base_model
+    if max(model.orders) == 1:
+        if likelihood.noise == "lognormal":
+            return pm.LogNormal.dist(mu=np.log(U[0]), sigma=0.5, shape=size)
+        scale = 0.5 * np.std(U, axis=0)
+        scale = np.where(scale > 0, scale, np.maximum(np.abs(U[0]), 1.0))
+        return pm.Normal.dist(mu=U[0], sigma=scale, shape=size)
+    # A state of order q and its derivatives up to q - 1 at t0, from a polynomial through
+    # the first points; the k-th derivative's scale the state's spread over span^k (a
+    # variation of the series' size over its span), or the estimate itself if larger.
+    t = likelihood.t
+    mean = polynomial_start(model.orders, t, U)
+    span = max(float(t[-1] - t[0]), np.finfo(float).tiny)
+    spread = np.std(U, axis=0)
+    spread = np.where(spread > 0, spread, np.maximum(np.abs(U[0]), 1.0))
+    scale = np.array([spread[d] / span**k for d, q in enumerate(model.orders) for k in range(q)])
+    scale = np.maximum(scale, np.abs(mean))
+    return pm.Normal.dist(mu=mean, sigma=scale, shape=size)
 
 
 def forward_model(
@@ -163,7 +189,7 @@ def forward_model(
     Raises
     ------
     ValueError
-        No weak term, or a term the compiled solver does not take (inputs, order > 1).
+        No weak term, or a higher-order term whose initial state is a model variable.
     """
     model = pm.modelcontext(model)
     fgraph, _ = fgraph_from_model(model)
@@ -192,18 +218,27 @@ def _replace_term(node, initial_state):
     name, dims = node.op.name, node.op.dims
     weak_op = rv.owner.op
     lik = weak_op.likelihood
-    _check_solvable(name, lik)
+    model = lik.base_model
+    n0 = len(model.companion_states)
     _, _, p, sigma, u0 = rv.owner.inputs
     known = lik.initial_state
     u0_name, new_u0, u0_out = None, False, None
     if weak_op.free_initial:
+        if n0 != model.n_states:
+            raise ValueError(
+                f"{name}: an initial-state variable of a model of order {max(model.orders)} "
+                "has no forward solve yet (its derivatives at t0 would be needed too)"
+            )
         u0_name = u0.name
     elif known is not None:
-        u0 = pt.constant(known.u0, dtype="float64")
+        # a higher-order model's known state is at rest (WeakLikelihood): derivatives 0
+        companion = np.zeros(n0)
+        companion[model.observed_columns] = known.u0
+        u0 = pt.constant(companion, dtype="float64")
     else:
         u0_name, new_u0 = f"{name}_u0", True
         # the state dim of the term's (time, state) dims, if it has them
-        u0_dims = dims[1:] if len(dims) == 2 else ()
+        u0_dims = dims[1:] if len(dims) == 2 and n0 == model.n_states else ()
         u0, u0_out = _initial_state_variable(u0_name, lik, initial_state, name, u0_dims)
     t0 = None if known is None else known.t0
     op = ForwardSolution(lik, t0)
@@ -216,17 +251,9 @@ def _replace_term(node, initial_state):
     return ForwardTerm(name, lik, op, u0_name, new_u0), new_out, u0_out
 
 
-def _check_solvable(name: str, lik: WeakLikelihood) -> None:
-    if not supports(lik.base_model):
-        raise ValueError(
-            f"{name}: the forward-solve likelihood takes first-order models without inputs; "
-            f"{lik.base_model.name} has derivative terms or inputs"
-        )
-
-
 def _initial_state_variable(u0_name: str, lik, initial_state, term: str, dims: tuple):
     """The new initial-state variable: ``(the model variable's output, its fgraph output)``."""
-    D = lik.base_model.n_states
+    D = len(lik.base_model.companion_states)
     prior = initial_state.get(term) if isinstance(initial_state, Mapping) else initial_state
     if prior is None:
         prior = default_initial_prior(lik, D)

@@ -232,13 +232,13 @@ def sample(
         (:func:`~pymc_wendy.check_weak`); where they differ, the result is the exact
         posterior (:func:`~pymc_wendy.forward_correction`, with ``correction_kwargs``), the
         weak draws and their sampler statistics kept as ``weak_posterior`` and
-        ``weak_sample_stats``, and ``posterior.attrs["corrected"] = 1``; where they agree, or no forward solve is meaningful (the check is "skipped",
-        its note says why), the weak posterior. ``"forward"``: always the corrected
-        posterior (no check). ``None``: always the weak posterior; the check still runs
-        when ``check`` is True and warns when they differ.
-        ``idata_kwargs={"log_likelihood": True}`` stores the returned posterior's own
-        pointwise log-likelihood: the forward model's (one value per time point and state)
-        when corrected, else the weak likelihood's
+        ``weak_sample_stats``, and ``posterior.attrs["corrected"] = 1``; where they agree,
+        or no forward solve is meaningful (the check is "skipped", its note says why), the
+        weak posterior. ``"forward"``: always the corrected posterior (no check). ``None``:
+        always the weak posterior; the check still runs when ``check`` is True and warns
+        when they differ. ``idata_kwargs={"log_likelihood": True}`` stores the returned
+        posterior's own pointwise log-likelihood: the forward model's (one value per time
+        point and state) when corrected, else the weak likelihood's
         (:func:`~pymc_wendy.compute_log_likelihood`).
     correction_kwargs : dict, optional
         Options of :func:`~pymc_wendy.forward_correction`; its ``initial_state`` (the prior

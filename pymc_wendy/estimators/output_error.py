@@ -35,7 +35,8 @@ from scipy import optimize
 from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, max_steps_for
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
+from pymc_wendy.model.sensitivities import operator_sensitivity_rhs
+from pymc_wendy.model.simulate import SimulationError, integrate, solve
 
 __all__ = ["DEFAULT_SOLVER", "OutputErrorFit", "ResidualNoise", "output_error", "residual_noise"]
 
@@ -69,41 +70,6 @@ class OutputErrorFit:
     n_failed_solves: int
     wall_time: float
     solve_failed: bool = False  # no forward solve succeeded at the final point
-
-
-def _operator_sensitivity_rhs(model: ODEModel, p: np.ndarray, inputs, t: np.ndarray):
-    """``(rhs(s, y), breaks, jumps)`` of the companion state of a model with derivative terms
-    or inputs plus its sensitivities to ``(p, u0)``: ``dS/dt = f_u S + [f_p, 0]``; at a bolus
-    the state jumps by ``g(p) A`` and its sensitivity to ``p`` by ``g'(p) A``."""
-    f, f_u, breaks, f_p = vector_field(model, p, inputs, t, jac_p=True)
-    n, J = len(model.companion_states), model.n_params
-
-    def rhs(s, y):
-        u = y[:n]
-        # From parameters far from the data (an optimiser's trial point, a fit from a poor
-        # start) the solution or its sensitivities can outgrow double precision: that solve
-        # has diverged. Say so and stop it (integrate makes this a SimulationError, which
-        # _Problem counts as a failed solve) rather than warn about the overflow and let
-        # the solver step on with inf until it gives up.
-        with np.errstate(over="ignore", invalid="ignore"):
-            dS = f_u(s, u) @ y[n:].reshape(n, J + n)
-            dS[:, :J] += f_p(s, u)
-        out = np.concatenate([f(s, u), dS.ravel()])
-        if not np.all(np.isfinite(out)):
-            raise FloatingPointError(
-                f"the solution or its sensitivities diverge (overflow) at t = {s:.6g}"
-            )
-        return out
-
-    def jump(s, y):
-        du, dfp = breaks.jump(s, y[:n], with_p=True)
-        out = y.copy()
-        out[:n] += du
-        out[n:].reshape(n, J + n)[:, :J] += dfp
-        return out
-
-    jumps = None if breaks.jump is None else (breaks.jump_times, jump)
-    return rhs, breaks.times, jumps
 
 
 class _Problem:
@@ -171,7 +137,7 @@ class _Problem:
 
     def _integrate(self, p: np.ndarray, y0: np.ndarray) -> np.ndarray:
         if self.operator:
-            rhs, breaks, jumps = _operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
+            rhs, breaks, jumps = operator_sensitivity_rhs(self.model, p, self.inputs, self.t)
         else:
             rhs, breaks, jumps = (lambda s, y: self.rhs(s, y, p)), None, None
         if self.bound is not None:

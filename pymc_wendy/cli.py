@@ -88,8 +88,8 @@ def demo(
     The weak stage uses local test functions by default: ``pw.sample`` checks its draws
     against the forward-solve posterior and corrects them where they differ, so the cheapest
     weak stage that is a good proposal gives the same final posterior (FitzHugh-Nagumo, 513
-    points: 30 s against 82 s with the SVD test functions, the posterior means within 0.01
-    sd, ``docs/forward.md``). Prints the ArviZ summary with the true values and whether each
+    points: the demo in 35 s against 82 s with the SVD test functions, the final posterior
+    means within 0.04 sd of each other, ``docs/forward.md``). Prints the ArviZ summary with the true values and whether each
     lies in its 95 % interval, and writes a plot of the data with posterior predictive bands
     to ``output``. Returns 0 when the returned posterior passed its checks
     (:func:`_print_sampling`), 1 otherwise (also with one chain, where R-hat is undefined).

@@ -144,6 +144,23 @@ def test_sample_returns_the_exact_posterior_where_the_weak_one_is_off(drift):
     assert np.all(np.abs(m - mean) < 0.5 * np.sqrt(np.diag(cov)))
 
 
+def test_reweighted_posterior_has_the_deterministics(drift):
+    """A sampled posterior holds the model's pm.Deterministic values; a reweighted one too."""
+    from pymc.model.fgraph import clone_model
+
+    model, idata, _, _ = drift
+    copy = clone_model(model)
+    with copy:
+        pm.Deterministic("twice_a", 2.0 * copy["a"])
+    initial = pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1)
+    result = forward_correction(
+        idata, copy, method="importance", initial_state=initial, random_seed=0,
+        progressbar=False,
+    )  # fmt: skip
+    post = result.posterior
+    np.testing.assert_allclose(post["twice_a"], 2.0 * post["a"], rtol=1e-12)
+
+
 def test_hostile_correction_options(drift):
     model, idata, _, _ = drift
     with model, pytest.raises(ValueError, match="correction must be 'auto', 'forward' or None"):

@@ -314,6 +314,7 @@ class _Forward:
         self.space = _Space(fmodel, [t.name for t in terms], extra)
         names = [rv.name for rv in self.space.rvs]
         self._u0 = [names.index(t.initial_state) if t.initial_state else None for t in terms]
+        self._deterministics = None
         self.n_solves = 0
 
     def term_inputs(self, out: list, i: int, k: int) -> tuple:
@@ -346,6 +347,20 @@ class _Forward:
         """Every free variable's constrained value at the rows of ``X``, ``(S, ...)``."""
         out = self.space.evaluate(X)
         return {rv.name: out[1 + i] for i, rv in enumerate(self.space.rvs)}
+
+    def deterministics(self, X: np.ndarray) -> dict[str, np.ndarray]:
+        """The model's ``pm.Deterministic`` values at the rows of ``X``, ``(S, ...)``: a
+        reweighted posterior has them as a sampled one does."""
+        dets = self.model.deterministics
+        if not dets:
+            return {}
+        if self._deterministics is None:
+            x = pt.dvector("x")
+            split, _ = _split(self.model, x)
+            graphs = graph_replace(self.model.replace_rvs_by_values(dets), split, strict=False)
+            self._deterministics = _batched([x], graphs)
+        values = self._deterministics(np.atleast_2d(np.asarray(X, dtype=float)))
+        return {d.name: v for d, v in zip(dets, values, strict=True)}
 
 
 def _gauss_loglik(U, Y, sigma, noise: str) -> float:
@@ -705,7 +720,7 @@ def _resampled(weighted: dict, idata, rng) -> xr.DataTree:
     u = (rng.random() + np.arange(S)) / S
     idx = np.minimum(np.searchsorted(np.cumsum(w), u), w.size - 1)
     forward, Z = weighted["forward"], weighted["Z"]
-    every = forward.constrained(Z)
+    every = forward.constrained(Z) | forward.deterministics(Z)
     post = {n: v[idx][None] for n, v in every.items()}
     chains = idata.posterior.sizes["chain"]
     proposal = {n: v.reshape(chains, -1, *v.shape[1:]) for n, v in every.items()}

@@ -8,16 +8,16 @@ of an :class:`~pymc_wendy.ODEModel`, :func:`pymc_wendy.fit` calls :func:`forward
 
 1. The initial state: the known one (``initial_state=``), else fitted with the parameters
    held at the estimate: to the first quarter of the data
-   (:func:`~pymc_wendy.estimators.output_error.fit_initial_state`), kept if the test passes
-   from there (a better fit could only lower the residuals), else refitted to more points
-   step by step up to all of them, each step at most doubling them and letting the norm of
-   ``du/du0`` grow by at most :data:`GROWTH_STEP` (:func:`stages`; where the compiled solver
-   gives no ``du/du0``, models with inputs or of order > 1, one step to all the data).
-   Fitted to all the data at once, from guesses taken from the first points, it ended in a
-   wrong local minimum (residuals 2-8 noise sd at the *true* parameters) on Lotka-Volterra
-   over 20 time units and Hindmarsh-Rose over 10 at 20 % noise, and on 8 of 12 Lorenz series
-   over 15 time units (5 and 20 % noise); plain doubling found the first ones but failed on
-   6 of the Lorenz series, the growth limit on none.
+   (:func:`~pymc_wendy.estimators.output_error.fit_initial_state`), then to more points step
+   by step up to all of them, each step at most doubling them and letting the norm of
+   ``du/du0`` grow by at most :data:`GROWTH_STEP` (:func:`stages`). Where the compiled solver
+   gives no ``du/du0`` (models with inputs or of order > 1, whose sensitivity solves cost
+   0.1-0.3 s each), the first-quarter state is kept if the test passes from it, else refitted
+   to all the data in one step. Fitted to all the data at once, from guesses taken from the
+   first points, it ended in a wrong local minimum (residuals 2-8 noise sd at the *true*
+   parameters) on Lotka-Volterra over 20 time units and Hindmarsh-Rose over 10 at 20 %
+   noise, and on 8 of 12 Lorenz series over 15 time units (5 and 20 % noise); plain doubling
+   found the first ones but failed on 6 of the Lorenz series, the growth limit on none.
 2. One forward solve from it, and per state the residual sd ``s_d = sqrt(RSS_d / nu)`` with
    ``nu = N - (J + n_0) / D`` degrees of freedom, against the noise sd ``sigma_d`` the fit
    used (:func:`~pymc_wendy.estimators.output_error.residual_noise_of_data`).
@@ -220,20 +220,22 @@ class _Case:
 
     def residuals(self, u0, n, profile, noise_dof):
         """:func:`residual_noise_of_data` from the known state, or from ``u0`` fitted to the
-        first ``n`` rows: as it is if the test passes from there (a better fit of the initial
-        state can only lower the residuals), else refitted to all the rows
-        (:func:`continue_initial_state`)."""
+        first ``n`` rows, refitted to all the rows (:func:`continue_initial_state`). Without
+        ``du/du0`` (``profile`` None: models with inputs or of order > 1, whose sensitivity
+        solves take 0.1-0.3 s each) ``u0`` is kept as it is if the test passes from there: a
+        better fit of the initial state could only lower the residuals."""
         m, t, X, noise, p = self.model, self.t, self.X, self.noise, self.p
         if self.known is not None:
             return residual_noise_of_data(
                 m, t, X, noise, p, self.inputs, self.solver, initial=self.known
             )
-        try:
-            est = residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)
-            if not excess(est.sigma / self.sigma, est.dof, noise_dof)[0].any():
-                return est
-        except SimulationError:
-            pass
+        if profile is None:
+            try:
+                est = residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)
+                if not excess(est.sigma / self.sigma, est.dof, noise_dof)[0].any():
+                    return est
+            except SimulationError:
+                pass
         u0 = continue_initial_state(m, t, X, noise, p, self.solver, self.inputs, u0, n, profile)
         try:
             return residual_noise_of_data(m, t, X, noise, p, self.inputs, self.solver, u0=u0)

@@ -479,6 +479,17 @@ def test_theophylline_data_set():
     assert "Boeckmann" in df.attrs["source"]
 
 
+def test_lynx_hare_data_set():
+    """The shipped pelts are the published table (first, peak and last years)."""
+    from pymc_wendy.problems import lynx_hare
+
+    df = lynx_hare()
+    assert df.columns.tolist() == ["year", "hare", "lynx"] and df["year"].tolist()[-1] == 1920
+    assert df.iloc[0, 1:].tolist() == [30.0, 4.0] and df.iloc[4, 1:].tolist() == [36.3, 59.4]
+    assert df.iloc[-1, 1:].tolist() == [24.7, 8.6] and "Hudson" in df.attrs["source"]
+    assert df["hare"].sum() == pytest.approx(715.7) and df["lynx"].sum() == pytest.approx(423.5)
+
+
 def test_problem_with_unobserved_states_simulates_the_observed_ones():
     """Noise only on the observed state, at its own scale (the gut's doses in mg must not set
     it); the unobserved state is NaN in U and its truth stays in U_true."""

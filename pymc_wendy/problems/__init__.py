@@ -2,6 +2,6 @@
 real data sets (:mod:`~pymc_wendy.problems.datasets`)."""
 
 from pymc_wendy.problems.catalogue import PROBLEMS, Problem, get_problem, list_problems
-from pymc_wendy.problems.datasets import theophylline
+from pymc_wendy.problems.datasets import lynx_hare, theophylline
 
-__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems", "theophylline"]
+__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems", "lynx_hare", "theophylline"]

@@ -2,7 +2,8 @@
 
 :func:`theophylline`: the classic population-pharmacokinetic data of Boeckmann, Sheiner and
 Beal (1994), 12 subjects given one oral dose of theophylline and sampled 11 times over 24 h
-(R's ``datasets::Theoph``).
+(R's ``datasets::Theoph``). :func:`lynx_hare`: the Hudson's Bay Company lynx and hare pelts,
+1900-1920, the classic predator-prey series.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["theophylline"]
+__all__ = ["lynx_hare", "theophylline"]
 
 
 def theophylline():
@@ -46,4 +47,40 @@ def theophylline():
     df.attrs["source"] = (
         "Boeckmann, Sheiner and Beal (1994), NONMEM Users Guide Part V; R datasets::Theoph"
     )
+    return df
+
+
+def lynx_hare():
+    """The Hudson's Bay Company pelts of lynx and snowshoe hare, 1900-1920 (21 years).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per year, columns ``year``, ``hare`` and ``lynx`` (thousands of pelts), in the
+        state order of the catalogue's ``lotka_volterra`` model (prey, predator).
+        ``attrs["source"]`` names the origin.
+
+    Notes
+    -----
+    MacLulich, D. A. (1937), *Fluctuations in the numbers of the varying hare (Lepus
+    americanus)*, University of Toronto Studies, Biological Series 43; as tabulated by
+    P. Howard (Texas A&M lecture notes) and used in the Stan case study "Predator-prey
+    population dynamics" (B. Carpenter, 2018). Pelts are a proxy for the populations: the
+    case study's log-normal measurement model is the usual one.
+
+    Examples
+    --------
+    >>> df = lynx_hare()
+    >>> len(df), df["year"].iloc[0], df["hare"].iloc[0]
+    (21, 1900, 30.0)
+    """
+    import pandas as pd
+
+    path = resources.files("pymc_wendy.problems") / "data" / "lynx_hare.csv"
+    with resources.as_file(path) as file:
+        df = pd.read_csv(file, comment="#")
+    df = df.astype({"year": int, "lynx": float, "hare": float})[["year", "hare", "lynx"]]
+    if not (len(df) == 21 and np.all(df[["hare", "lynx"]].to_numpy() > 0)):
+        raise RuntimeError(f"the shipped lynx-hare data are damaged ({path})")
+    df.attrs["source"] = "Hudson's Bay Company pelts (MacLulich 1937), via the Stan case study"
     return df

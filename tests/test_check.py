@@ -113,6 +113,12 @@ def test_hostile_inputs(drift):
         check_weak(idata, model, n_draws=200.5)
     with model, pytest.raises(TypeError, match="check must be True or False"):
         pw.sample(10, check="yes")
+    # sample_sft takes the same options, refused before anything is compiled
+    for bad in ("exact", ["auto"], np.array(["auto"])):
+        with model, pytest.raises(ValueError, match="correction must be 'auto', 'forward' or None"):
+            pw.sample_sft(10, correction=bad)
+    with model, pytest.raises(TypeError, match="check must be True or False"):
+        pw.sample_sft(10, check=1)
     # NaN draws are left out, not propagated; all NaN: a failed check that says so
     nan = idata.copy()
     a = nan.posterior["a"].values.copy()

@@ -39,9 +39,14 @@ _FALLBACK_ENV = "_PYMC_WENDY_FALLBACK_DIRS"
 
 def jitted(name: str, source: str) -> list[str]:
     """Lines that define ``name`` as the numba-compiled (disk-cached) function of ``source``, a
-    generated ``def`` (:func:`pymc_wendy.model.codegen.generate`) whose own name is replaced."""
+    generated ``def`` (:func:`pymc_wendy.model.codegen.generate`) whose own name is replaced.
+
+    Compiled with numpy's error model: a model's ``dose / V`` at a sampler's underflowed
+    ``V = 0`` gives ``inf`` (a rejected point), not a ``ZeroDivisionError`` that numba cannot
+    raise through nutpie's compiled log-density and prints as "Exception ignored"."""
     src = re.sub(r"^def \w+\(", f"def _{name}_source(", source, count=1)
-    return ["", "", src.rstrip(), f"{name} = numba.njit(cache=True)(_{name}_source)"]
+    jit = f"{name} = numba.njit(cache=True, error_model='numpy')(_{name}_source)"
+    return ["", "", src.rstrip(), jit]
 
 
 def sources(*functions) -> dict[str, str]:

@@ -198,3 +198,23 @@ def test_parameters_that_overflow_the_covariance_are_a_covariance_error_without_
         for method in (lik.nll, lik.nll_grad, lik.hessian):
             with pytest.raises(pw.CovarianceError, match="overflow double precision"):
                 method(p)
+
+
+def test_an_underflowed_parameter_is_a_rejected_point_not_a_printed_exception(capfd):
+    """``dose / V`` at ``V = exp(-800) = 0`` (a sampler's wild early step): the compiled
+    log-density is -inf, and numba prints no "Exception ignored" (ZeroDivisionError) on the
+    way, as it did before the generated functions used numpy's error model."""
+    import pymc as pm
+
+    prob = pw.get_problem("pk_iv_doses")
+    d = prob.simulate(noise_ratio=0.1, n_points=41, seed=4)
+    with pm.Model() as model:
+        p = pm.LogNormal("p", mu=np.log(prob.p_true), sigma=0.5, shape=2)
+        pw.WeakODELikelihood(
+            "U", ode=prob.model, params=p, t=d.t, observed=d.U, inputs=d.inputs,
+            sigma=[float(d.sigma[0])], initial_state=[0.0], t0=0.0,
+        )  # fmt: skip
+    logp = model.compile_logp(mode="NUMBA")
+    assert logp({"p_log__": np.array([2.0, -800.0])}) == -np.inf
+    assert np.isfinite(logp({"p_log__": np.log(prob.p_true)}))
+    assert "Exception ignored" not in capfd.readouterr().err

@@ -622,7 +622,7 @@ class ODEModel:
             if style == "loop":
                 import numba  # deferred: only the compiled likelihood needs it
 
-                fn = numba.njit(fn)
+                fn = numba.njit(fn, error_model="numpy")  # inf at 1/0 (_codecache.jitted)
             self._functions[(which, style)] = fn
         return fn
 

@@ -40,10 +40,11 @@ of an :class:`~pymc_wendy.ODEModel`, :func:`pymc_wendy.fit` calls :func:`forward
    :data:`~pymc_wendy.model.chaos.CHAOS_NOISE_SHARE` (the guard of
    :func:`~pymc_wendy.check_weak`, computed from the first step's initial state before the
    rest of the fit: Lorenz over 30 time units, most over 20 at 5 % noise); and when the
-   initial state is fitted and the same procedure fails on data simulated at the estimate
-   itself (the trajectory from the fitted initial state plus Gaussian noise of the fit's
-   level, seed 0): then the initial state cannot be recovered over this span, and a misfit on
-   the real data says nothing about the parameters.
+   initial state is fitted and the same procedure fails on any of :data:`RECOVERY_DRAWS`
+   data sets simulated at the estimate itself (the trajectory from the fitted initial state
+   plus Gaussian noise of the fit's level, seeds 0, 1, ...): then the initial state cannot be
+   recovered reliably over this span, and a misfit on the real data says nothing about the
+   parameters. The recovery guard costs nothing unless the test fails.
 
 The entry ``FitResult.history["forward_check"]`` records the numbers whether or not the
 test fails; ``verdict`` is ``"passed"``, ``"misfit"``, ``"skipped"`` (with ``note``) or
@@ -79,8 +80,10 @@ __all__ = ["FALSE_ALARM", "MATERIAL", "excess", "filter_dof", "forward_check"]
 FALSE_ALARM = 1e-3
 #: residual sd, in noise sds, below which no misfit is reported however significant
 MATERIAL = 1.5
-#: seed of the noise of the data simulated at the estimate (the recovery guard)
-_SEED = 0
+#: data sets simulated at the estimate by the recovery guard (noise seeds 0, 1, ...): where
+#: the initial-state fit fails on a share of noise draws (Lorenz over 20 time units: on 1 of
+#: 5 draws at one estimate, 2 of 5 at the truth), one draw misses it too often
+RECOVERY_DRAWS = 3
 #: growth of ``|du/du0|`` allowed within one step of the initial state's continuation
 GROWTH_STEP = 3.0
 #: evaluations per least-squares step of the initial state's continuation
@@ -280,9 +283,11 @@ def _run(case: _Case, entry: dict) -> tuple[str, str]:
     entry["failing"] = tuple(case.model.states[i] for i in np.flatnonzero(fails))
     if not fails.any():
         return "passed", ""
-    if case.known is None:
-        recovered = _recovery(case, entry["u0"])
-        entry["recovery_ratio"] = recovered
+    for seed in range(RECOVERY_DRAWS if case.known is None else 0):
+        recovered = _recovery(case, entry["u0"], seed)
+        worst = entry["recovery_ratio"]
+        if recovered is None or worst is None or np.max(recovered) > np.max(worst):
+            entry["recovery_ratio"] = recovered
         if recovered is None or excess(recovered, est.dof, np.inf)[0].any():
             return "skipped", _recovery_note(entry)
     return "misfit", ""
@@ -333,10 +338,10 @@ def _profile(S0: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.linalg.norm(S0, ord=2, axis=(1, 2)))
 
 
-def _recovery(case: _Case, u0: np.ndarray) -> np.ndarray | None:
+def _recovery(case: _Case, u0: np.ndarray, seed: int) -> np.ndarray | None:
     """Residual sd over noise sd after the initial-state fit on data simulated at the
-    estimate from ``u0`` with the fit's noise level (on the likelihood's scale, seed
-    :data:`_SEED`); None if a solve fails."""
+    estimate from ``u0`` with the fit's noise level (on the likelihood's scale, noise drawn
+    with ``seed``); None if a solve fails."""
     m, t, p, noise, sigma = case.model, case.t, case.p, case.noise, case.sigma
     try:
         Z = solve(m, p, u0, t, inputs=case.inputs or None, **case.opts)[:, m.observed_columns]
@@ -344,7 +349,7 @@ def _recovery(case: _Case, u0: np.ndarray) -> np.ndarray | None:
             if np.any(Z <= 0):
                 return None
             Z = np.log(Z)
-        Xs = Z + sigma * np.random.default_rng(_SEED).standard_normal(Z.shape)
+        Xs = Z + sigma * np.random.default_rng(seed).standard_normal(Z.shape)
         u0s = fit_initial_state_all(m, t, Xs, noise, p, case.solver, case.inputs)
         est = residual_noise_of_data(m, t, Xs, noise, p, case.inputs, case.solver, u0=u0s)
     except SimulationError:

@@ -161,12 +161,36 @@ def test_reweighted_posterior_has_the_deterministics(drift):
     np.testing.assert_allclose(post["twice_a"], 2.0 * post["a"], rtol=1e-12)
 
 
+def test_nuts_route_beyond_its_budget_is_refused_and_pw_sample_keeps_the_weak_draws(drift):
+    """A NUTS route estimated beyond ``max_nuts_seconds`` raises CorrectionTooCostly; the
+    automatic correction of pw.sample then returns the weak posterior with a warning that
+    names the estimate and how to run it anyway."""
+    from pymc_wendy.bayes.correction import CorrectionTooCostly
+
+    model, idata, _, _ = drift
+    initial = pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1)
+    opts = {"method": "nuts", "initial_state": initial, "max_nuts_seconds": 1e-6}
+    with pytest.raises(CorrectionTooCostly, match="estimated at .* beyond the budget") as info:
+        forward_correction(idata, model, random_seed=0, progressbar=False, **opts)
+    assert info.value.estimate > info.value.budget == 1e-6
+    with (
+        model,
+        pytest.warns(pw.WeakPosteriorWarning, match="not corrected: .*correction='forward'"),
+    ):
+        result = pw.sample(300, chains=2, progressbar=False, random_seed=4, correction_kwargs=opts)
+    assert "corrected" not in result.posterior.attrs and "weak_posterior" not in result.children
+    assert result["weak_check"].attrs["verdict"] == "differs"
+
+
 def test_hostile_correction_options(drift):
     model, idata, _, _ = drift
     with model, pytest.raises(ValueError, match="correction must be 'auto', 'forward' or None"):
         pw.sample(10, correction="exact")
     with pytest.raises(TypeError, match="must be an unnamed distribution"):
         forward_correction(idata, model, initial_state=[0.0])
+    for bad in (0, -1.0, "1 min", np.nan):
+        with pytest.raises(ValueError, match="max_nuts_seconds must be a positive number"):
+            forward_correction(idata, model, max_nuts_seconds=bad)
     with pytest.raises(ValueError, match="must have shape"):
         forward_correction(idata, model, initial_state=pm.Normal.dist(0.0, 1.0, shape=2))
     with pytest.raises(TypeError, match="a DataTree with a posterior group"):

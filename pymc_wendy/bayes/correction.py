@@ -52,7 +52,7 @@ from pymc_wendy._progress import ProgressBar
 from pymc_wendy.bayes.forward import ForwardTerm, forward_model
 from pymc_wendy.model.compiled_solve import SolveFailed
 
-__all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "forward_correction"]
+__all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "CorrectionTooCostly", "forward_correction"]
 
 # Standard deviation factor of a new initial state's proposal over its Laplace conditional:
 # a proposal needs heavier tails than the target, and the conditional is only approximately
@@ -94,6 +94,7 @@ def forward_correction(
     target_accept: float = 0.95,
     random_seed: int | None = None,
     progressbar: bool = True,
+    max_nuts_seconds: float | None = None,
 ) -> xr.DataTree:
     """Correct a weak posterior to the forward-solve posterior of the same model.
 
@@ -136,6 +137,12 @@ def forward_correction(
         Seed of the proposals, the resampling and NUTS.
     progressbar : bool
         Show the progress of the forward solves and of NUTS.
+    max_nuts_seconds : float, optional
+        A time budget for the NUTS route: where it would run and its estimated time (the
+        Laplace fit's seconds per gradient, times the weak sampler's mean steps per draw,
+        times the draws and tuning steps of every chain, over the cores) exceeds this,
+        :class:`CorrectionTooCostly` is raised instead. ``pw.sample``'s automatic
+        correction uses it (:data:`~pymc_wendy.bayes.sampling.NUTS_BUDGET_FACTOR`).
 
     Returns
     -------
@@ -158,6 +165,10 @@ def forward_correction(
         raise ValueError(f"target_ess must be a positive number; got {target_ess!r}")
     if not (isinstance(max_batches, int | np.integer) and max_batches >= 1):
         raise ValueError(f"max_batches must be an integer >= 1; got {max_batches!r}")
+    if max_nuts_seconds is not None and not (
+        isinstance(max_nuts_seconds, int | float | np.number) and max_nuts_seconds > 0
+    ):
+        raise ValueError(f"max_nuts_seconds must be a positive number; got {max_nuts_seconds!r}")
     require_posterior(idata)
     start = time.perf_counter()
     model = pm.modelcontext(model)
@@ -197,6 +208,10 @@ def forward_correction(
         n_solves = forward.n_solves
     else:
         nchains = chains or idata.posterior.sizes["chain"]
+        if max_nuts_seconds is not None:
+            estimate = _nuts_seconds(weighted, idata, draws, tune, nchains)
+            if estimate > max_nuts_seconds:
+                raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted)
         result = _warm_nuts(fmodel, weighted, draws, tune, nchains, target_accept, rng, progressbar)
         n_solves = forward.n_solves + int(result.sample_stats["n_steps"].sum())
         route = "nuts"
@@ -204,6 +219,47 @@ def forward_correction(
         attrs, route=route, n_forward_solves=n_solves, time_s=time.perf_counter() - start
     )
     return result
+
+
+class CorrectionTooCostly(RuntimeError):
+    """The correction's NUTS route would take longer than its budget
+    (``forward_correction(max_nuts_seconds=)``).
+
+    Attributes
+    ----------
+    estimate, budget : float
+        The NUTS route's estimated time and the budget, in seconds.
+    pareto_k, pareto_k_variance : float
+        Why the importance route was not trusted.
+    """
+
+    def __init__(self, estimate: float, budget: float, weighted: dict):
+        self.estimate, self.budget = float(estimate), float(budget)
+        self.pareto_k = float(weighted["k"])
+        self.pareto_k_variance = float(weighted["k_variance"])
+        super().__init__(
+            f"the importance weights' Pareto k ({self.pareto_k:.2f}, variance k "
+            f"{self.pareto_k_variance:.2f}) call for the forward NUTS route, estimated at "
+            f"{_duration(self.estimate)}, beyond the budget of {_duration(self.budget)}"
+        )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _nuts_seconds(weighted: dict, idata, draws: int, tune: int, chains: int) -> float:
+    """The NUTS route's estimated wall time: seconds per gradient (the Laplace fit's) times
+    steps per draw (the weak sampler's mean, whose geometry the warm-started forward NUTS
+    shares; 31, a depth-5 tree, when it did not record them) times the iterations of every
+    chain, the chains spread over the cores."""
+    stats = idata.children.get("sample_stats")
+    steps = 31.0
+    if stats is not None and "n_steps" in stats:
+        steps = max(float(np.mean(stats["n_steps"])), 1.0)
+    cores = max(1, min(chains, len(os.sched_getaffinity(0))))
+    rounds = int(np.ceil(chains / cores))
+    return weighted["seconds_per_gradient"] * steps * (draws + tune) * rounds
 
 
 def require_posterior(idata) -> None:
@@ -417,6 +473,7 @@ class _Gradient:
         # one function, so that the value and the gradient share one sensitivity solve
         self._fn = fmodel.compile_fn([logp, grad], mode="CVM")
         self.n_calls = 0
+        self.seconds = 0.0
 
     def point(self, x: np.ndarray) -> dict:
         return {
@@ -425,7 +482,9 @@ class _Gradient:
 
     def __call__(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         self.n_calls += 1
+        start = time.perf_counter()
         value, grad = self._fn(self.point(x))
+        self.seconds += time.perf_counter() - start
         if not np.isfinite(value):
             return -np.inf, np.zeros_like(x)
         return float(value), np.asarray(grad, dtype=float)
@@ -539,7 +598,11 @@ def _reweight(
         this["proposal"] = kind
         if best is None or proposal != "auto" or _better(this, best):
             best = this
-    return {**best, "forward": forward, "mode": mode, "cov": cov, "laplace_ok": laplace_ok}
+    seconds_per_gradient = gradient.seconds / max(gradient.n_calls, 1)
+    return {
+        **best, "forward": forward, "mode": mode, "cov": cov, "laplace_ok": laplace_ok,
+        "seconds_per_gradient": seconds_per_gradient,
+    }  # fmt: skip
 
 
 def _enough(weighted: dict, target_ess: float) -> bool:

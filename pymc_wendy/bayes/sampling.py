@@ -52,6 +52,7 @@ from __future__ import annotations
 import logging
 import numbers
 import os
+import time
 import warnings
 
 import arviz as az
@@ -67,6 +68,7 @@ from pymc_wendy._threads import blas_threads as _blas_threads
 
 # how the distribution stores its parameters is its own business; sample reads them back
 from pymc_wendy.bayes.comparison import compute_log_likelihood
+from pymc_wendy.bayes.correction import CorrectionTooCostly
 from pymc_wendy.bayes.distribution import _is_symbolic, _params_vector
 from pymc_wendy.bayes.divergences import DivergenceWarning, divergence_report
 from pymc_wendy.bayes.whitening import (
@@ -85,6 +87,11 @@ _log = logging.getLogger("pymc.wendy")  # a child of PyMC's logger: shown as its
 
 #: what :func:`sample` and :func:`~pymc_wendy.sample_sft` return (``correction=``)
 CORRECTIONS = ("auto", "forward", None)
+#: the automatic correction's NUTS route runs when its estimated time is at most this many
+#: times the weak sampling's, or :data:`NUTS_MIN_BUDGET` seconds: a default that can turn
+#: a minute of sampling into hours (a hierarchical model of a dozen subjects) warns instead
+NUTS_BUDGET_FACTOR = 20.0
+NUTS_MIN_BUDGET = 600.0
 
 
 def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
@@ -309,8 +316,10 @@ def sample(
         kwargs.setdefault("blas_cores", blas_threads)
     elif sampler == "pymc" and started >= set(target.free_RVs):
         kwargs.setdefault("init", "adapt_diag")
+    weak_start = time.perf_counter()
     with _blas_threads(blas_threads):
         idata = pm.sample(draws, model=target, initvals=start or None, **kwargs)
+    weak_seconds = time.perf_counter() - weak_start
     if target is not model and isinstance(idata, xr.DataTree):  # not return_inferencedata=False
         idata = to_model_trace(idata, model)
         idata.posterior.attrs["whitened"] = 1
@@ -324,6 +333,7 @@ def sample(
         "random_seed": kwargs.get("random_seed"),
         "progressbar": kwargs.get("progressbar", True),
         "log_likelihood": log_likelihood,
+        "weak_seconds": weak_seconds,
     }
     return exact_by_default(idata, model, correction, check, correction_kwargs, **options)
 
@@ -346,11 +356,14 @@ def exact_by_default(
     random_seed=None,
     progressbar: bool = True,
     log_likelihood: bool = False,
+    weak_seconds: float = 0.0,
 ):
     """The result of a weak sampler (:func:`sample`, :func:`~pymc_wendy.sample_sft`) as
     ``correction`` and ``check`` ask (see :func:`sample`): checked, and corrected where the
-    check finds the weak posterior off. Warnings point at the caller's caller, the user's
-    sampling line."""
+    check finds the weak posterior off, within a time budget for the correction's NUTS route
+    (:data:`NUTS_BUDGET_FACTOR` times the weak sampling's ``weak_seconds``, at least
+    :data:`NUTS_MIN_BUDGET`). Warnings point at the caller's caller, the user's sampling
+    line."""
     from pymc_wendy.bayes.check import check_weak, warn_check
 
     if correction == "forward":
@@ -367,9 +380,14 @@ def exact_by_default(
             "weak_posterior)",
             result.attrs["note"],
         )
+        budget = max(NUTS_MIN_BUDGET, NUTS_BUDGET_FACTOR * weak_seconds)
+        options = {"max_nuts_seconds": budget, **(correction_kwargs or {})}
         try:
-            corrected = _corrected(
-                idata, model, random_seed, progressbar, correction_kwargs, log_likelihood
+            corrected = _corrected(idata, model, random_seed, progressbar, options, log_likelihood)
+        except CorrectionTooCostly as exc:
+            result.attrs["note"] += (
+                f"; not corrected: {exc} (pw.sample(..., correction='forward') or "
+                "pw.forward_correction(idata) runs it)"
             )
         except RuntimeError as exc:  # the forward solve failed at every proposal draw
             result.attrs["note"] += f"; the correction failed: {exc}"

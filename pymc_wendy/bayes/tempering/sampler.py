@@ -157,7 +157,7 @@ def sample_sft(
     idata = assemble_result(model, target, lad, results, C, D, elapsed, relaxation, swap)
     return exact_by_default(
         idata, model, correction, check, correction_kwargs,
-        random_seed=random_seed, progressbar=progressbar,
+        random_seed=random_seed, progressbar=progressbar, weak_seconds=elapsed,
     )  # fmt: skip
 
 

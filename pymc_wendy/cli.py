@@ -89,10 +89,11 @@ def demo(
     against the forward-solve posterior and corrects them where they differ, so the cheapest
     weak stage that is a good proposal gives the same final posterior (FitzHugh-Nagumo, 513
     points: the demo in 35 s against 82 s with the SVD test functions, the final posterior
-    means within 0.04 sd of each other, ``docs/forward.md``). Prints the ArviZ summary with the true values and whether each
-    lies in its 95 % interval, and writes a plot of the data with posterior predictive bands
-    to ``output``. Returns 0 when the returned posterior passed its checks
-    (:func:`_print_sampling`), 1 otherwise (also with one chain, where R-hat is undefined).
+    means within 0.04 sd of each other, ``docs/forward.md``). Prints the ArviZ summary with
+    the true values and whether each lies in its 95 % interval, and writes a plot of the
+    data with posterior predictive bands to ``output``. Returns 0 when the returned
+    posterior passed its checks (:func:`_print_sampling`), 1 otherwise (also with one chain,
+    where R-hat is undefined).
     """
     import numpy as np
     import pymc as pm

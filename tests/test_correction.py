@@ -208,18 +208,6 @@ def test_hostile_correction_options(drift):
         forward_correction(other, model)
 
 
-def test_forward_model_refuses_models_with_inputs():
-    prob = pw.get_problem("pk_iv_doses")
-    data = prob.simulate(noise_ratio=0.05, seed=0)
-    with pm.Model() as model:
-        p = pm.LogNormal("p", 0.0, 1.0, shape=prob.model.n_params)
-        pw.WeakODELikelihood(
-            "C", ode=prob.model, params=p, t=data.t, observed=data.U, inputs=data.inputs
-        )
-    with pytest.raises(ValueError, match="first-order models without inputs"):
-        pw.forward_model(model)
-
-
 @pytest.mark.slow
 def test_correction_with_log_normal_noise_and_its_default_initial_prior():
     """Log-normal noise: the forward term is LogNormal(log u, sigma) and the new initial

@@ -157,18 +157,7 @@ def forward_correction(
         Pareto-smoothed ``log_weight`` in a ``proposal`` group, and resamples as many draws
         as ``idata`` has.
     """
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
-    if proposal not in _PROPOSALS:
-        raise ValueError(f"proposal must be one of {_PROPOSALS}; got {proposal!r}")
-    if not (np.isfinite(target_ess) and target_ess > 0):
-        raise ValueError(f"target_ess must be a positive number; got {target_ess!r}")
-    if not (isinstance(max_batches, int | np.integer) and max_batches >= 1):
-        raise ValueError(f"max_batches must be an integer >= 1; got {max_batches!r}")
-    if max_nuts_seconds is not None and not (
-        isinstance(max_nuts_seconds, int | float | np.number) and max_nuts_seconds > 0
-    ):
-        raise ValueError(f"max_nuts_seconds must be a positive number; got {max_nuts_seconds!r}")
+    _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds)
     require_posterior(idata)
     start = time.perf_counter()
     model = pm.modelcontext(model)
@@ -260,6 +249,22 @@ def _nuts_seconds(weighted: dict, idata, draws: int, tune: int, chains: int) -> 
     cores = max(1, min(chains, len(os.sched_getaffinity(0))))
     rounds = int(np.ceil(chains / cores))
     return weighted["seconds_per_gradient"] * steps * (draws + tune) * rounds
+
+
+def _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds) -> None:
+    """A ``ValueError`` naming an option of :func:`forward_correction` it cannot use."""
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
+    if proposal not in _PROPOSALS:
+        raise ValueError(f"proposal must be one of {_PROPOSALS}; got {proposal!r}")
+    if not (np.isfinite(target_ess) and target_ess > 0):
+        raise ValueError(f"target_ess must be a positive number; got {target_ess!r}")
+    if not (isinstance(max_batches, int | np.integer) and max_batches >= 1):
+        raise ValueError(f"max_batches must be an integer >= 1; got {max_batches!r}")
+    if max_nuts_seconds is not None and not (
+        isinstance(max_nuts_seconds, int | float | np.number) and max_nuts_seconds > 0
+    ):
+        raise ValueError(f"max_nuts_seconds must be a positive number; got {max_nuts_seconds!r}")
 
 
 def require_posterior(idata) -> None:

@@ -9,6 +9,7 @@ import numpy as np
 import pymc as pm
 import pytest
 import sympy as sp
+import xarray as xr
 
 import pymc_wendy as pw
 from pymc_wendy.weak import kernels
@@ -200,6 +201,11 @@ def test_compare_refuses_what_does_not_compare(growth):
     moved = pw.compute_log_likelihood(idata.copy(), other, progressbar=False)
     with pytest.raises(ValueError, match="observe different things"):
         pw.compare({"a": ok, "b": moved})
+    # an exact (corrected) posterior beside a weak one: different likelihoods
+    exact = ok.copy()
+    exact["posterior"] = xr.DataTree(ok.posterior.to_dataset().assign_attrs(corrected=1))
+    with pytest.raises(ValueError, match=r"\['b'\] are exact .* same correction="):
+        pw.compare({"a": ok, "b": exact})
 
 
 def test_sample_stores_pointwise_values_and_experiments_stay_joint():

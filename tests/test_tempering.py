@@ -141,6 +141,7 @@ def test_covariance_ladder_every_rung_matches_quadrature(relaxation):
         model=model,
         random_seed=3,
         progressbar=False,
+        check=False,  # the weak posterior itself, against its quadrature
     )
     alpha, beta = dt.sample_stats["alpha"].values, dt.sample_stats["beta"].values
     assert beta[-1] == 1.0 and (relaxation == "hybrid") == (beta[0] < 1.0)
@@ -307,6 +308,7 @@ def test_tempering_weighs_the_modes_of_a_bimodal_weak_posterior():
         initvals=starts,
         random_seed=7,
         progressbar=False,
+        check=False,  # the weak posterior's modes
     )
     post = dt.posterior["q1"].values
     assert np.all((post > 0).mean(axis=1) > 0.05) and np.all((post < 0).mean(axis=1) > 0.05)
@@ -354,6 +356,7 @@ def test_tempering_leaves_a_spurious_weak_mode_where_nuts_stays():
         initvals=starts,
         random_seed=1,
         progressbar=False,
+        check=False,  # the weak posterior's modes
     )
     draws = dt.posterior["p"].values
     assert not (draws[..., 1] > 20).any()  # no top-rung draw is left in the spurious mode

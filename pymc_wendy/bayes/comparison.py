@@ -207,6 +207,14 @@ def compare(
     """
     if len(compare_dict) < 2:
         raise ValueError("compare needs at least two models")
+    exact = {label: bool(i.posterior.attrs.get("corrected")) for label, i in compare_dict.items()}
+    if len(set(exact.values())) > 1:
+        raise ValueError(
+            f"{sorted(k for k, v in exact.items() if v)} are exact (corrected) posteriors with "
+            f"the forward model's log-likelihood, {sorted(k for k, v in exact.items() if not v)} "
+            "weak ones with the weak likelihood's: their log-likelihoods do not compare. Sample "
+            "every candidate with the same correction= ('forward': exact, None: weak)"
+        )
     keys, pooled = {}, {}
     for label, idata in compare_dict.items():
         ds = _pointwise(label, idata, var_name)

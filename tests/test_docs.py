@@ -33,11 +33,13 @@ def test_readme_pymc_and_forward_correction_examples(capsys):
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
     assert namespace["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
     exec(blocks[3], namespace)  # noqa: S102
-    exact = namespace["exact"]
-    assert exact.attrs["route"] in ("importance", "nuts")
-    assert exact.attrs["route"] in capsys.readouterr().out
-    post = exact.posterior["p"].mean(("chain", "draw")).values
-    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+    # pw.sample's result is checked, and corrected where the check says the weak one is off
+    check = idata["weak_check"].attrs
+    assert check["verdict"] in ("agrees", "differs")
+    assert check["verdict"] in capsys.readouterr().out
+    if check["verdict"] == "differs":
+        assert idata.posterior.attrs["corrected"] == 1 and "weak_posterior" in idata.children
+        assert idata.attrs["route"] in ("importance", "nuts")
 
 
 @pytest.mark.slow

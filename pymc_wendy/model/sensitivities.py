@@ -21,7 +21,7 @@ import numpy as np
 
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, supports
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.model.simulate import SimulationError, integrate, vector_field
+from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
 __all__ = ["ForwardSolver", "operator_sensitivity_rhs"]
 
@@ -108,7 +108,13 @@ class ForwardSolver:
         :class:`SolveFailed`."""
         if self.compiled:
             return self._solver.solve(p, u0, self.times, **self.options)
-        return self._integrate(p, u0, sensitivities=False)
+        try:  # pw.solve's own path: restarts at breakpoints, bolus jumps
+            return solve(
+                self.model, p, u0, self.times, method="LSODA", rtol=self.options["rtol"],
+                atol=self.options["atol"], max_nfev=self._max_nfev(), inputs=self.inputs,
+            )  # fmt: skip
+        except SimulationError as exc:
+            raise SolveFailed(str(exc)) from None
 
     def sensitivities(self, p: np.ndarray, u0: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(U, S)``: the companion state ``(n, n_initial)`` and its derivatives in
@@ -117,29 +123,24 @@ class ForwardSolver:
         if self.compiled:
             return self._solver.sensitivities(p, u0, self.times, **self.options)
         n, P = self.n_initial, self.model.n_params + self.n_initial
-        Y = self._integrate(p, u0, sensitivities=True)
+        Y = self._integrate(p, u0)
         return Y[:, :n], Y[:, n:].reshape(-1, n, P)
 
-    def _integrate(self, p, u0, sensitivities: bool) -> np.ndarray:
+    def _max_nfev(self) -> int:
+        return self.options["max_steps"] * self.times.size
+
+    def _integrate(self, p, u0) -> np.ndarray:
         p = np.asarray(p, dtype=float)
-        y0 = np.asarray(u0, dtype=float)
         n, J = self.n_initial, self.model.n_params
-        if sensitivities:
-            rhs, breaks, jumps = operator_sensitivity_rhs(self.model, p, self.inputs, self.times)
-            S0 = np.zeros((n, J + n))
-            S0[:, J:] = np.eye(n)
-            y0 = np.concatenate([y0, S0.ravel()])
-            jac = None
-        else:
-            f, jac, where = vector_field(self.model, p, self.inputs, self.times)
-            rhs, breaks, jumps = f, where.times, None
-            if where.jump is not None:  # the jump gives the change of the state
-                jumps = (where.jump_times, lambda s, y: y + where.jump(s, y))
+        rhs, breaks, jumps = operator_sensitivity_rhs(self.model, p, self.inputs, self.times)
+        S0 = np.zeros((n, J + n))
+        S0[:, J:] = np.eye(n)
+        y0 = np.concatenate([np.asarray(u0, dtype=float), S0.ravel()])
         try:
             return integrate(
                 rhs, y0, self.times, method="LSODA", rtol=self.options["rtol"],
-                atol=self.options["atol"], max_nfev=self.options["max_steps"] * self.times.size,
-                jac=jac, name=self.model.name, breaks=breaks, jumps=jumps,
+                atol=self.options["atol"], max_nfev=self._max_nfev(), name=self.model.name,
+                breaks=breaks, jumps=jumps,
             )  # fmt: skip
         except SimulationError as exc:
             raise SolveFailed(str(exc)) from None

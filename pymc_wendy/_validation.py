@@ -7,9 +7,6 @@ from typing import Any
 
 import numpy as np
 
-#: the noise models every entry point accepts
-NOISE_MODELS = ("normal", "lognormal")
-
 #: Magnitudes of time spans and data whose squares (and the products of the covariance) stay
 #: inside double precision with room to spare; beyond them results would be silently wrong.
 MAGNITUDE_RANGE = (1e-100, 1e100)
@@ -124,11 +121,3 @@ def check_vector(x, n: int, what: str, names: Sequence[str]) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"{what} must be finite; got {arr}")
     return arr
-
-
-def check_noise_name(noise: str) -> str:
-    """A noise model's name normalised (``"log-normal"`` -> ``"lognormal"``), or a clear error."""
-    key = str(noise).lower().replace("-", "").replace("_", "")
-    if key not in NOISE_MODELS:
-        raise ValueError(f"noise must be one of {list(NOISE_MODELS)}; got {noise!r}")
-    return key

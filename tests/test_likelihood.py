@@ -290,6 +290,8 @@ def test_bad_data_raise_clear_errors(lv):
     with pytest.raises(ValueError, match="log-normal noise needs positive data"):
         WeakLikelihood(model, t, neg, noise="lognormal")
     with pytest.raises(ValueError, match="noise must be"):
+        WeakLikelihood(model, t, U, noise="gamma")
+    with pytest.raises(ValueError, match="poisson noise models counts"):
         WeakLikelihood(model, t, U, noise="poisson")
     with pytest.raises(ValueError, match="sigma must be a scalar or have 2 entries"):
         WeakLikelihood(model, t, U, sigma=[0.1, 0.1, 0.1])

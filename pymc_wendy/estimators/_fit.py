@@ -414,8 +414,11 @@ def _check_forward(
         noise_source, noise_dof = "estimated by the high-order filter", filter_dof(res.t.size)
     else:
         noise_source, noise_dof = "given", np.inf
+    # per-entry noise (proportional, counts): the check compares the residuals' RMS with
+    # the entries' RMS noise sd, an approximation that still flags material misfits
+    sigma = lik.rms_noise_sd(res.sigma)
     entry = forward_check(
-        lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, res.sigma, inputs=lik.inputs,
+        lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, sigma, inputs=lik.inputs,
         solver=solver, known=lik.initial_state, noise_dof=noise_dof, noise_source=noise_source,
     )  # fmt: skip
     res.history["forward_check"] = entry

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from pymc_wendy._validation import check_noise_name, check_times, check_vector
+from pymc_wendy._validation import check_times, check_vector
 from pymc_wendy.model import compiled_solve
 from pymc_wendy.model.inputs import Input, as_inputs
+from pymc_wendy.model.observation import Observation, as_observation
 from pymc_wendy.model.ode import ODEModel
 
 __all__ = ["SimulatedData", "SimulationError", "add_noise", "simulate", "solve"]
@@ -87,6 +88,9 @@ class SimulatedData:
     dropped_times : tuple of float
         Grid times removed because some noise-free state was <= 0 there, which log-normal
         noise cannot represent (SIR-TDI drops its initial point). Empty otherwise.
+    observation : Observation
+        The observation model the noise was drawn from (with its parameters; ``noise`` is its
+        name). Pass it as ``noise=`` to fit with the model that made the data.
     inputs : dict or None
         The model's known inputs (name to :class:`~pymc_wendy.model.inputs.Input`), to pass on as
         ``fit(..., inputs=data.inputs)``; None for models without inputs.
@@ -106,6 +110,7 @@ class SimulatedData:
     problem: str | None
     dropped_times: tuple[float, ...] = field(default=())
     inputs: dict | None = None
+    observation: Observation | None = None
 
     @property
     def n_points(self) -> int:
@@ -451,13 +456,16 @@ def add_noise(
     ----------
     U_true : array_like, shape (n, D)
         Noise-free values.
-    noise : {"normal", "lognormal"}
+    noise : str or Observation
         ``"normal"``: ``U = U_true + E``, ``E`` i.i.d. ``N(0, sigma^2)`` with one
         ``sigma = noise_ratio * sqrt(mean(U_true**2))`` for every state (WENDy-MLE eq. 19,
         isotropic). ``"lognormal"``: ``U = U_true * exp(N(0, noise_ratio^2))`` element-wise;
-        every entry of ``U_true`` must then be positive.
+        every entry of ``U_true`` must then be positive. ``"proportional"``:
+        ``U = U_true (1 + noise_ratio E)``. Counts (``"poisson"``, ``pw.NegativeBinomial(alpha)``)
+        and ``pw.Combined(additive, proportional)`` carry their own scale and ignore
+        ``noise_ratio``; counts need ``U_true >= 0``.
     noise_ratio : float
-        ``>= 0``; zero returns a copy of ``U_true``.
+        ``>= 0``; zero returns ``U_true`` unchanged for the models scaled by it.
     seed : int, optional
         Seed of :func:`numpy.random.default_rng`.
     noise_scale : {"rms", "range"}
@@ -482,29 +490,26 @@ def add_noise(
         raise ValueError(f"U_true must have shape (n, D); got {U_true.shape}")
     if not np.all(np.isfinite(U_true)):
         raise ValueError("U_true must be finite")
-    noise = check_noise_name(noise)
+    obs = as_observation(noise)
     nr = _noise_ratio(noise_ratio)
     rng = np.random.default_rng(_seed(seed))
-    D = U_true.shape[1]
     if noise_scale not in ("rms", "range"):
         raise ValueError(f"noise_scale must be 'rms' or 'range'; got {noise_scale!r}")
-    if noise == "normal":
-        if noise_scale == "rms":
-            scale = np.full(D, nr * float(np.sqrt(np.mean(U_true**2))))
-        else:
-            scale = nr * (U_true.max(axis=0) - U_true.min(axis=0))
-        U = U_true + rng.normal(0.0, 1.0, size=U_true.shape) * scale[None, :]
-        return U, scale
-    bad = U_true <= 0
-    if np.any(bad):
+    bad = (U_true <= 0) if obs.log_scale else (U_true < 0) if obs.counts else None
+    if bad is not None and np.any(bad):
         row, col = np.argwhere(bad)[0]
+        need = (
+            "log-normal noise needs positive data"
+            if obs.log_scale
+            else (f"{obs.name} noise needs non-negative means")
+        )
         raise ValueError(
-            f"log-normal noise needs positive data, but U_true has {int(bad.sum())} entries <= 0 "
+            f"{need}, but U_true has {int(bad.sum())} entries {'<= 0' if obs.log_scale else '< 0'} "
             f"(first at row {row}, state {col}: {U_true[row, col]:g}); drop those rows first "
             "(simulate(..., drop_nonpositive=True) does)"
         )
-    U = U_true * np.exp(rng.normal(0.0, nr, size=U_true.shape))
-    return U, np.full(D, nr)
+    sigma = obs.scale_from_ratio(nr, U_true, noise_scale)
+    return obs.draw(U_true, sigma, rng), sigma
 
 
 # --- simulation ----------------------------------------------------------------------------
@@ -640,8 +645,8 @@ def simulate(
     subsample : int
         Keep every ``subsample``-th fine point, starting with the first (the papers use 1, 2
         and 4: 1025 -> 1025, 513, 257 points).
-    noise : {"normal", "lognormal"}
-        Noise model; see :func:`add_noise`.
+    noise : str or Observation
+        Observation model (:mod:`pymc_wendy.model.observation`); see :func:`add_noise`.
     noise_ratio : float
         Noise ratio ``nr >= 0``. With additive noise, ``sigma = nr * rms(vec U*)`` is computed
         from the subsampled noise-free values.
@@ -681,7 +686,7 @@ def simulate(
     """
     if not isinstance(model, ODEModel):
         raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
-    noise = check_noise_name(noise)
+    obs = as_observation(noise)
     nr = _noise_ratio(noise_ratio)
     seed = _seed(seed)
     subsample = _positive_int(subsample, "subsample", 1)
@@ -690,8 +695,8 @@ def simulate(
     forcing = _simulation_inputs(model, inputs)
     t_fine = _fine_grid(t_span, t, n_points)
     if atol is None:
-        atol = _LOGNORMAL_ATOL if noise == "lognormal" else 1e-12
-    if drop_nonpositive and noise != "lognormal":
+        atol = _LOGNORMAL_ATOL if obs.log_scale else 1e-12
+    if drop_nonpositive and not obs.log_scale:
         raise ValueError("drop_nonpositive applies to log-normal noise only")
 
     U_fine = _cached_solution(
@@ -707,12 +712,13 @@ def simulate(
         tuple(forcing.items()),
     )
     t_obs, U_true, dropped = _observe(model, t_fine, U_fine, subsample, drop_nonpositive)
-    U, sigma = add_noise(U_true, noise=noise, noise_ratio=nr, seed=seed, noise_scale=noise_scale)
+    U, sigma = add_noise(U_true, noise=obs, noise_ratio=nr, seed=seed, noise_scale=noise_scale)
     return SimulatedData(
         t=t_obs,
         U=U,
         U_true=U_true,
-        noise=noise,
+        noise=obs.name,
+        observation=obs,
         noise_ratio=nr,
         sigma=sigma,
         p_true=p.copy(),

@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pymc_wendy._validation import check_noise_name, check_vector
+from pymc_wendy._validation import check_vector
 from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulatedData, add_noise, simulate
 
@@ -96,7 +97,7 @@ class Problem:
         object.__setattr__(self, "p_true", p)
         object.__setattr__(self, "u0", u0)
         object.__setattr__(self, "t_span", (float(self.t_span[0]), float(self.t_span[1])))
-        object.__setattr__(self, "noise", check_noise_name(self.noise))
+        object.__setattr__(self, "noise", as_observation(self.noise).name)
         if not self.t_span[1] > self.t_span[0]:
             raise ValueError(f"{self.name}: t_span must have end > start; got {self.t_span}")
         if self.bounds is not None:
@@ -147,7 +148,7 @@ class Problem:
             Keep every ``subsample``-th point (papers: 1, 2, 4 -> 1025, 513, 257 points).
         noise_ratio : float
             Noise ratio ``nr`` (see :func:`add_noise`).
-        noise : {"normal", "lognormal"}, optional
+        noise : str or Observation, optional
             Defaults to the benchmark's noise model ``self.noise``.
         seed : int, optional
             Seed of the noise generator.
@@ -173,7 +174,7 @@ class Problem:
         scale: the unobserved ones (a dose in the gut, in mg) must not set it. ``U_true``
         holds every state.
         """
-        noise = self.noise if noise is None else check_noise_name(noise)
+        noise = as_observation(self.noise if noise is None else noise)
         if self.observed is not None:
             return self._simulate_observed(
                 noise, noise_ratio, seed, n_points, subsample, p, u0, method
@@ -190,7 +191,7 @@ class Problem:
             seed=seed,
             stiff=self.stiff,
             method=method,
-            drop_nonpositive=noise == "lognormal",
+            drop_nonpositive=noise.log_scale,
             problem=self.name,
             inputs=self.inputs,
             noise_scale=self.noise_scale,

@@ -29,6 +29,7 @@ import numpy as np
 from pymc_wendy.weak import kernels
 
 if TYPE_CHECKING:
+    from pymc_wendy.model.observation import Observation
     from pymc_wendy.model.ode import ODEModel
     from pymc_wendy.weak.test_functions import TestFunctions
 
@@ -169,7 +170,7 @@ class WeakForm(abc.ABC):
         """Whether this form handles ``model`` (the registry asks the newest form first)."""
 
     @classmethod
-    def check_noise(cls, model: ODEModel, noise: str) -> None:
+    def check_noise(cls, model: ODEModel, noise: Observation) -> None:
         """Raise a clear error if this form cannot handle the noise model (every noise model
         is fine unless a form says otherwise)."""
         return None

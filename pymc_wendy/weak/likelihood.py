@@ -24,6 +24,7 @@ from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.data import as_data, as_initial_state
 from pymc_wendy.model.doses import discontinuities, jump_times
 from pymc_wendy.model.inputs import as_inputs
+from pymc_wendy.model.observation import as_observation, smoothed_state
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
 from pymc_wendy.weak.diagnostics import diagnose
@@ -158,14 +159,13 @@ class WeakLikelihood:
     ):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel; got {type(model)!r}")
-        if noise not in ("normal", "lognormal"):
-            raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
+        obs = as_observation(noise)
         if not 0.0 <= ridge < 1.0:
             raise ValueError(f"ridge must be in [0, 1); got {ridge}")
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
         form_cls = form_for(model)
-        form_cls.check_noise(model, noise)
+        form_cls.check_noise(model, obs)
         data = as_data(t, U, model.states, time_unit=time_unit)
         t, U = check_data(data.t, data.U, model.n_states)
         # order > 1: the state and its derivatives (the companion layout) at t0
@@ -174,24 +174,26 @@ class WeakLikelihood:
         self.inputs = as_inputs(model.inputs, inputs, data.t_given)
         self.observed = data
         self.base_model = model
-        self.noise = noise
         self.t = t
         self.U = U
-        if noise == "lognormal":
+        obs.check_data(U, model.states)
+        if obs.log_scale:
             check_positive_data(t, U, model.states)
             self.model = model.log_transformed()
-            self.X = np.log(U)
         else:
             self.model = model
-            self.X = U
+        self.X = obs.weak_data(U)
         tf = self._test_functions(test_functions, form_cls)
         self.ridge = float(ridge)
-        grid, weights = (t, self.X), None
+        #: the observation model, its unknown variance parameters filled in (module doc)
+        self.observation, data_weights = self._noise_weights(obs)
+        self.noise = self.observation.name
+        grid, weights = (t, self.X), data_weights
         if self.initial_state is not None:
-            grid, tf, weights = self._with_initial_state(tf, form_cls)
+            grid, tf, weights = self._with_initial_state(tf, form_cls, data_weights)
         self.form: WeakForm = form_cls(self.model, *grid, tf, self.inputs, self.ridge, weights)
         self.test_functions = tf
-        self.sigma, self.sigma_estimated = self._sigma(sigma)
+        self.sigma, self.sigma_estimated = self._sigma(sigma, data_weights)
         #: what the ridge adds to the diagonal of ``S``: ``ridge`` times the scale of ``S``
         self.ridge_diag = self.ridge * self._covariance_scale()
         self.form.ridge_diag = self.ridge_diag
@@ -292,7 +294,27 @@ class WeakLikelihood:
             )
         return tf
 
-    def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm]):
+    def _segments(self) -> np.ndarray:
+        return segments(self.t, jump_times(self.inputs))
+
+    def _noise_weights(self, obs):
+        """The observation model with its unknown variance parameters estimated, and the
+        per-entry noise weights at the smoothed data (None for a constant variance)."""
+        if obs.weights(self.X[:1]) is None:
+            return obs, None
+        u = smoothed_state(self.t, self.X, self._segments())
+        # floored at a small share of each state's size: a weight of 0 would make the
+        # entry exact, and a smoothed value can dip below 0 near a zero solution
+        rms = np.sqrt(np.mean(self.X**2, axis=0))
+        u = np.maximum(u, 1e-3 * np.where(rms > 0, rms, 1.0))
+        if not obs.complete:
+            theta = estimate_noise(
+                self.X, segments=self._segments(), variance=obs.variance_terms(u)
+            )
+            obs = obs.with_variance_parameters(theta)
+        return obs, obs.weights(u)
+
+    def _with_initial_state(self, tf: TestFunctions, form_cls: type[WeakForm], weights):
         """The grid from ``t0`` with the known state as its first, exact row; the test
         functions on it with boundary rows; the noise weights (zero on the known row)."""
         if tf.n_boundary:
@@ -310,16 +332,13 @@ class WeakLikelihood:
                     f"zero, e.g. before a first dose); got {u0}"
                 )
             u0 = u0[model.observed_columns]
-        if self.noise == "lognormal":
-            if np.any(u0 <= 0):
-                raise ValueError(
-                    f"initial_state {u0}: with log-normal noise the weak form works on log u, "
-                    "so every known initial value must be > 0 (a state known to be 0 needs "
-                    "noise='normal')"
-                )
-            x0 = np.log(u0)
-        else:
-            x0 = u0
+        if self.observation.log_scale and np.any(u0 <= 0):
+            raise ValueError(
+                f"initial_state {u0}: with log-normal noise the weak form works on log u, "
+                "so every known initial value must be > 0 (a state known to be 0 needs "
+                "noise='proportional', the same relative error without the log, or 'normal')"
+            )
+        x0 = self.observation.weak_data(u0)
         prepend = t0 < self.t[0]
         t = np.concatenate([[t0], self.t]) if prepend else self.t
         X = np.vstack([x0, self.X]) if prepend else np.vstack([x0, self.X[1:]])
@@ -337,33 +356,46 @@ class WeakLikelihood:
             tf, t, int(prepend), np.array([radius]), eta,
             **discontinuities(self.base_model, self.inputs),
         )  # fmt: skip
-        weights = np.ones(X.shape)
-        weights[0] = 0.0
+        data_weights = np.ones(self.X.shape) if weights is None else weights
+        weights = np.vstack([np.zeros((1, X.shape[1])), data_weights[1 - int(prepend) :]])
         return (t, X), tf, weights
 
-    def _sigma(self, sigma) -> tuple[np.ndarray, bool]:
-        if sigma is None:
-            est = estimate_noise(self.X, segments=segments(self.t, jump_times(self.inputs)))
+    def _sigma(self, sigma, weights) -> tuple[np.ndarray, bool]:
+        """The noise level and whether it was estimated; ``weights`` are the data's."""
+        obs = self.observation
+        if not obs.scaled:
+            if sigma is not None:
+                raise ValueError(
+                    f"{obs.name} noise has no noise level sigma (its variance follows from "
+                    "the solution and the model's own parameters); leave sigma unset"
+                )
+            return np.ones(self.model.n_states), False
+        if sigma is not None:
+            return self.check_sigma(sigma), False
+        if weights is None:
+            est = estimate_noise(self.X, segments=self._segments())
             scale = np.sqrt(np.mean(self.X**2, axis=0))
-            if np.all(est <= NOISE_FREE_RATIO * np.maximum(scale, np.finfo(float).tiny)):
-                warnings.warn(
-                    "the data look noise-free (estimated noise "
-                    f"{np.array2string(est, precision=2)}); S(p) is then ~ ridge * I and the "
-                    "weak likelihood reduces to weak least squares",
-                    stacklevel=3,
-                )
-            if self.t.size < SHORT_SERIES:
-                warnings.warn(
-                    f"the noise level is estimated from {self.t.size} time points, which is "
-                    "unreliable: on 21-point series the filter gave 0.6-0.8 times the true "
-                    "noise on a smooth logistic curve and 3-7 times on Lotka-Volterra "
-                    "(docs/data.md), and the intervals follow; pass sigma=, or "
-                    "sigma='residual' (fit), or infer sigma (WeakODELikelihood)",
-                    ShortSeriesWarning,
-                    stacklevel=3,
-                )
-            return est, True
-        return self.check_sigma(sigma), False
+        else:  # a relative noise level: the filter's moment fit with the weights' shape
+            theta = estimate_noise(self.X, segments=self._segments(), variance=(0.0, weights[None]))
+            est, scale = np.sqrt(theta[0]), np.ones(self.X.shape[1])
+        if np.all(est <= NOISE_FREE_RATIO * np.maximum(scale, np.finfo(float).tiny)):
+            warnings.warn(
+                "the data look noise-free (estimated noise "
+                f"{np.array2string(est, precision=2)}); S(p) is then ~ ridge * I and the "
+                "weak likelihood reduces to weak least squares",
+                stacklevel=4,
+            )
+        if self.t.size < SHORT_SERIES:
+            warnings.warn(
+                f"the noise level is estimated from {self.t.size} time points, which is "
+                "unreliable: on 21-point series the filter gave 0.6-0.8 times the true "
+                "noise on a smooth logistic curve and 3-7 times on Lotka-Volterra "
+                "(docs/data.md), and the intervals follow; pass sigma=, or "
+                "sigma='residual' (fit), or infer sigma (WeakODELikelihood)",
+                ShortSeriesWarning,
+                stacklevel=4,
+            )
+        return est, True
 
     def _covariance_scale(self) -> float:
         """A data-derived size of the diagonal of ``S``: the form's operator scale times the
@@ -371,11 +403,24 @@ class WeakLikelihood:
         data still get a ridge). It rescales with time and data units as ``S`` does, so the
         relative ridge changes nothing when units change."""
         rms = np.sqrt(np.mean(self.X**2, axis=0))
-        s = np.maximum(np.asarray(self.sigma, dtype=float), NOISE_FREE_RATIO * rms)
+        s = np.asarray(self.sigma, dtype=float)
+        if self.form.weights is not None:  # the typical sd of an entry
+            s = s * np.sqrt(np.mean(self.form.weights, axis=0))
+        s = np.maximum(s, NOISE_FREE_RATIO * rms)
         s = s[s > 0]
         var = float(np.min(s) ** 2) if s.size else 1.0
         scale = self.form.operator_scale() * var
         return scale if np.isfinite(scale) and scale > 0 else 1.0
+
+    def rms_noise_sd(self, sigma=None) -> np.ndarray:
+        """Per state, the root mean square of the data entries' noise sd at the noise level
+        ``sigma`` (the likelihood's if None): ``sigma`` itself for a constant variance."""
+        s = self.sigma if sigma is None else self.check_sigma(sigma)
+        w = self.form.weights
+        if w is None:
+            return s
+        noisy = w[np.any(w > 0, axis=1)]  # not the known initial row
+        return s * np.sqrt(np.mean(noisy, axis=0))
 
     def check_sigma(self, sigma) -> np.ndarray:
         """Broadcast a noise standard deviation to shape (D,) and validate it."""

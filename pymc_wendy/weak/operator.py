@@ -139,11 +139,13 @@ class OperatorForm(WeakForm):
         return model.has_operator_terms
 
     @classmethod
-    def check_noise(cls, model: ODEModel, noise: str) -> None:
-        if noise != "normal":
+    def check_noise(cls, model: ODEModel, noise) -> None:
+        if noise.log_scale:
             raise ValueError(
-                f"{model.name}: models of order > 1 or with inputs support additive 'normal' "
-                f"noise only; got noise={noise!r}"
+                f"{model.name}: the weak form of a model of order > 1 or with inputs cannot "
+                f"work on log u (its derivative terms would become nonlinear); got "
+                f"noise={noise.name!r}. noise='proportional' has the same relative error "
+                "without the log transform"
             )
 
     @classmethod

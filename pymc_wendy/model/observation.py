@@ -1,0 +1,402 @@
+r"""Observation models: how the data scatter around the ODE solution.
+
+An observation model says, in one place, everything the rest of the library asks about the
+noise of the data:
+
+* the **weak stage**: the variance of data entry ``(m, d)`` around the solution ``u``,
+  written as ``sigma_d^2 * w(u)`` (:meth:`Observation.weights`): the weak covariance
+  ``L diag(sigma^2 w) L^T`` of every kernel reads these per-entry weights, evaluated at a
+  smoothed state (:func:`smoothed_state`), so proportional and count noise need no log
+  transform: zeros, doses and derivative terms work. Models whose variance is not a noise
+  level times a fixed function (counts, combined error) carry their parameters themselves and
+  the weak stage's ``sigma`` is 1;
+* the **exact stage**: the log-density of the data given the solution
+  (:meth:`Observation.log_density`), written once for numpy and pytensor;
+* **draws** for :func:`~pymc_wendy.simulate` and predictive sampling (:meth:`Observation.draw`).
+
+Strings stay as shorthands (:func:`as_observation`): ``"normal"``, ``"lognormal"``,
+``"proportional"``, ``"combined"``, ``"poisson"``, ``"negbinomial"``.
+
+Variances (``u`` the solution, ``sigma`` the noise level):
+
+=====================  ====================================  ==========================
+model                  data                                  variance of ``U``
+=====================  ====================================  ==========================
+``Normal``             ``u + sigma e``                       ``sigma^2``
+``LogNormal``          ``u exp(sigma e)`` (weak form on log)  ``sigma^2`` on ``log U``
+``Proportional``       ``u (1 + sigma e)``                    ``sigma^2 u^2``
+``Combined(a, b)``     ``u + sqrt(a^2 + b^2 u^2) e``           ``a^2 + b^2 u^2``
+``Poisson``            counts of mean ``u``                  ``u``
+``NegativeBinomial``   counts of mean ``u``, dispersion      ``u + u^2 / alpha``
+                       ``alpha``
+=====================  ====================================  ==========================
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+from scipy import special
+
+__all__ = [
+    "Combined",
+    "LogNormal",
+    "NegativeBinomial",
+    "Normal",
+    "Observation",
+    "Poisson",
+    "Proportional",
+    "as_observation",
+    "smoothed_state",
+]
+
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+class _Numpy:
+    """The functions :meth:`Observation.log_density` needs, for numpy arrays (pytensor's
+    ``pytensor.tensor`` module offers the same names)."""
+
+    log = staticmethod(np.log)
+    sqrt = staticmethod(np.sqrt)
+    abs = staticmethod(np.abs)
+    gammaln = staticmethod(special.gammaln)
+
+    @staticmethod
+    def maximum(a, b):
+        return np.maximum(a, b)
+
+
+NUMPY = _Numpy()
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Base class of the observation models (module doc)."""
+
+    #: the name strings resolve to (:func:`as_observation`)
+    name: ClassVar[str]
+    #: the weak form works on ``log U`` with the log-state model (log-normal noise)
+    log_scale: ClassVar[bool] = False
+    #: the data are counts: non-negative integers
+    counts: ClassVar[bool] = False
+    #: the variance is ``sigma^2 * weights(u)``: the weak likelihood's ``sigma`` is this
+    #: model's noise level (a number, estimated, or a PyMC random variable); otherwise the
+    #: model holds its parameters and ``sigma`` is 1
+    scaled: ClassVar[bool] = True
+
+    # --- data --------------------------------------------------------------------------------
+    def check_data(self, U: np.ndarray, states) -> None:
+        """Raise a clear error when the data cannot come from this model (NaN is missing)."""
+        if self.counts:
+            vals = U[np.isfinite(U)]
+            bad = (vals < 0) | (vals != np.round(vals))
+            if np.any(bad):
+                raise ValueError(
+                    f"{self.name} noise models counts, but the data have {int(bad.sum())} "
+                    f"negative or non-integer values (first: {vals[bad][0]:g}); for "
+                    "concentrations or rescaled counts use noise='proportional' or 'normal'"
+                )
+
+    def weak_data(self, U: np.ndarray) -> np.ndarray:
+        """What the weak residual is built from (``log U`` for log-normal noise)."""
+        return U
+
+    # --- the weak stage ------------------------------------------------------------------------
+    def weights(self, u: np.ndarray) -> np.ndarray | None:
+        """Per-entry variance factors at the (smoothed) solution ``u``: the variance of entry
+        ``(m, d)`` is ``sigma_d^2 * weights[m, d]``; None for a constant variance."""
+        return None
+
+    def variance_terms(self, u: np.ndarray) -> tuple[np.ndarray | float, np.ndarray]:
+        """``(offset, features)``: the variance is ``offset + sum_c theta_c features[c]``,
+        linear in this model's unknown variance parameters ``theta`` (what a moment estimate
+        regresses on, :func:`~pymc_wendy.weak.noise.estimate_variance`)."""
+        w = self.weights(u)
+        return 0.0, (np.ones_like(u) if w is None else w)[None]
+
+    def with_variance_parameters(self, theta: np.ndarray) -> Observation:
+        """This model with the variance parameters ``theta`` (shape (C, D)) filled in."""
+        return self
+
+    @property
+    def complete(self) -> bool:
+        """Whether every parameter of an unscaled model is given (scaled ones take
+        ``sigma`` from the likelihood)."""
+        return True
+
+    # --- the exact stage -----------------------------------------------------------------------
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        """Elementwise log-density of data ``Y`` given the solution ``u`` and the noise level
+        ``sigma`` (ignored by unscaled models); ``xp`` is ``NUMPY`` or ``pytensor.tensor``."""
+        raise NotImplementedError
+
+    def log_likelihood(self, Y: np.ndarray, u: np.ndarray, sigma) -> float:
+        """The summed log-density over the finite entries of ``Y``; -inf where the solution
+        is outside the model's support (a negative mean of a count, say)."""
+        keep = np.isfinite(Y)
+        with np.errstate(all="ignore"):
+            vals = self.log_density(Y, u, np.broadcast_to(sigma, Y.shape), NUMPY)
+        total = float(np.sum(vals[keep]))
+        return total if np.isfinite(total) else -np.inf
+
+    def draw(self, u: np.ndarray, sigma, rng: np.random.Generator) -> np.ndarray:
+        """Data drawn around the solution ``u``."""
+        raise NotImplementedError
+
+    def scale_from_ratio(self, noise_ratio: float, u: np.ndarray, noise_scale: str):
+        """The noise level (per state) that :func:`~pymc_wendy.simulate`'s ``noise_ratio``
+        means for this model."""
+        return np.full(u.shape[1], float(noise_ratio))
+
+
+def _normal_log_density(Y, mean, sd, xp):
+    return -0.5 * ((Y - mean) / sd) ** 2 - xp.log(sd) - _HALF_LOG_2PI
+
+
+@dataclass(frozen=True)
+class Normal(Observation):
+    """Additive Gaussian noise of sd ``sigma`` (per state)."""
+
+    name: ClassVar[str] = "normal"
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        return _normal_log_density(Y, u, sigma, xp)
+
+    def draw(self, u, sigma, rng):
+        return u + rng.standard_normal(u.shape) * sigma
+
+    def scale_from_ratio(self, noise_ratio, u, noise_scale):
+        if noise_scale == "rms":
+            return np.full(u.shape[1], noise_ratio * float(np.sqrt(np.mean(u**2))))
+        return noise_ratio * (u.max(axis=0) - u.min(axis=0))
+
+
+@dataclass(frozen=True)
+class LogNormal(Observation):
+    """Multiplicative log-normal noise: ``log U = log u + sigma e`` (the weak form works on
+    ``log U`` with the log-state model; every datum and known value must be > 0)."""
+
+    name: ClassVar[str] = "lognormal"
+    log_scale: ClassVar[bool] = True
+
+    def weak_data(self, U):
+        return np.log(U)
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        logY = xp.log(Y)
+        return _normal_log_density(logY, xp.log(u), sigma, xp) - logY
+
+    def draw(self, u, sigma, rng):
+        return u * np.exp(rng.standard_normal(u.shape) * sigma)
+
+
+def _floored(u, xp, scale=0.0):
+    # a solution that dips below zero (a solver's undershoot near 0) has no relative error
+    # or count mean; the floor keeps the density finite and small there
+    return xp.maximum(xp.abs(u), scale) if scale else xp.abs(u)
+
+
+@dataclass(frozen=True)
+class Proportional(Observation):
+    """Proportional (constant coefficient of variation) Gaussian error:
+    ``U = u (1 + sigma e)``; ``sigma`` is the relative noise level. Zeros are fine."""
+
+    name: ClassVar[str] = "proportional"
+
+    def weights(self, u):
+        return u**2
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        return _normal_log_density(Y, u, sigma * _floored(u, xp), xp)
+
+    def draw(self, u, sigma, rng):
+        return u * (1.0 + rng.standard_normal(u.shape) * sigma)
+
+
+@dataclass(frozen=True)
+class Combined(Observation):
+    """Additive plus proportional Gaussian error (nlmixr2's and NONMEM's ``add+prop``):
+    variance ``additive^2 + proportional^2 u^2`` (per state or shared). Parameters left
+    None are estimated from the data in the weak stage (a moment fit)."""
+
+    additive: float | np.ndarray | None = None
+    proportional: float | np.ndarray | None = None
+    name: ClassVar[str] = "combined"
+    scaled: ClassVar[bool] = False
+
+    def __post_init__(self):
+        for field in ("additive", "proportional"):
+            value = getattr(self, field)
+            if value is not None:
+                arr = np.asarray(value, dtype=float)
+                if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                    raise ValueError(f"Combined: {field} must be finite and >= 0; got {value}")
+                object.__setattr__(self, field, arr)
+
+    @property
+    def complete(self):
+        return self.additive is not None and self.proportional is not None
+
+    def variance(self, u):
+        return self.additive**2 + self.proportional**2 * u**2
+
+    def weights(self, u):
+        return self.variance(u)
+
+    def variance_terms(self, u):
+        return 0.0, np.stack([np.ones_like(u), u**2])
+
+    def with_variance_parameters(self, theta):
+        a, b = np.sqrt(np.maximum(theta, 0.0))
+        return Combined(
+            a if self.additive is None else self.additive,
+            b if self.proportional is None else self.proportional,
+        )
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        sd = xp.sqrt(self.additive**2 + self.proportional**2 * u**2)
+        return _normal_log_density(Y, u, sd, xp)
+
+    def draw(self, u, sigma, rng):
+        return u + rng.standard_normal(u.shape) * np.sqrt(self.variance(u))
+
+    def scale_from_ratio(self, noise_ratio, u, noise_scale):
+        return np.ones(u.shape[1])
+
+
+@dataclass(frozen=True)
+class Poisson(Observation):
+    """Poisson counts whose mean is the solution (variance ``u``); no noise level."""
+
+    name: ClassVar[str] = "poisson"
+    counts: ClassVar[bool] = True
+    scaled: ClassVar[bool] = False
+
+    def weights(self, u):
+        return u
+
+    def variance_terms(self, u):
+        return u, np.zeros((0, *u.shape))
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        mu = _floored(u, xp, 1e-300)
+        return Y * xp.log(mu) - mu - xp.gammaln(Y + 1.0)
+
+    def draw(self, u, sigma, rng):
+        return rng.poisson(np.maximum(u, 0.0)).astype(float)
+
+    def scale_from_ratio(self, noise_ratio, u, noise_scale):
+        return np.ones(u.shape[1])
+
+
+@dataclass(frozen=True)
+class NegativeBinomial(Observation):
+    """Over-dispersed counts: mean ``u``, variance ``u + u^2 / alpha`` (PyMC's ``mu``,
+    ``alpha`` parametrisation); ``alpha`` None is estimated in the weak stage."""
+
+    alpha: float | np.ndarray | None = None
+    name: ClassVar[str] = "negbinomial"
+    counts: ClassVar[bool] = True
+    scaled: ClassVar[bool] = False
+
+    def __post_init__(self):
+        if self.alpha is not None:
+            a = np.asarray(self.alpha, dtype=float)
+            if not np.all(np.isfinite(a)) or np.any(a <= 0):
+                raise ValueError(
+                    f"NegativeBinomial: the dispersion alpha must be finite and > 0; got "
+                    f"{self.alpha} (alpha -> infinity is Poisson)"
+                )
+            object.__setattr__(self, "alpha", a)
+
+    @property
+    def complete(self):
+        return self.alpha is not None
+
+    def weights(self, u):
+        return u + u**2 / self.alpha
+
+    def variance_terms(self, u):
+        return u, (u**2)[None]
+
+    def with_variance_parameters(self, theta):
+        if self.alpha is not None:
+            return self
+        # theta = 1 / alpha; a fit at or below 0 is no over-dispersion: a large alpha
+        inv = np.maximum(theta[0], 1e-8)
+        return NegativeBinomial(1.0 / inv)
+
+    def log_density(self, Y, u, sigma, xp=NUMPY):
+        mu, a = _floored(u, xp, 1e-300), self.alpha
+        return (
+            xp.gammaln(Y + a) - xp.gammaln(a) - xp.gammaln(Y + 1.0)
+            + a * xp.log(a / (a + mu)) + Y * xp.log(mu / (a + mu))
+        )  # fmt: skip
+
+    def draw(self, u, sigma, rng):
+        mu = np.maximum(u, 1e-300)
+        return rng.negative_binomial(self.alpha, self.alpha / (self.alpha + mu)).astype(float)
+
+    def scale_from_ratio(self, noise_ratio, u, noise_scale):
+        return np.ones(u.shape[1])
+
+
+_MODELS = (Normal, LogNormal, Proportional, Combined, Poisson, NegativeBinomial)
+_NAMES = {cls.name: cls for cls in _MODELS}
+_ALIASES = {
+    "gaussian": "normal",
+    "additive": "normal",
+    "prop": "proportional",
+    "addprop": "combined",
+    "negativebinomial": "negbinomial",
+    "nb": "negbinomial",
+}
+
+
+def as_observation(noise) -> Observation:
+    """An observation model from an object or its name (``"log-normal"``, ``"neg_binomial"``
+    and a few aliases are accepted), or a clear error."""
+    if isinstance(noise, Observation):
+        return noise
+    if isinstance(noise, type) and issubclass(noise, Observation):
+        return noise()
+    key = str(noise).lower().replace("-", "").replace("_", "").replace("+", "")
+    key = _ALIASES.get(key, key)
+    if key not in _NAMES:
+        raise ValueError(
+            f"noise must be one of {list(_NAMES)} or an observation model such as "
+            f"pw.Proportional(); got {noise!r}"
+        )
+    return _NAMES[key]()
+
+
+def smoothed_state(t: np.ndarray, U: np.ndarray, segments=None, half_width: int = 3):
+    """The data smoothed by local quadratics over ``2 half_width + 1`` neighbours (within
+    each smooth stretch ``segments``, so never across a dose): where the weak stage evaluates
+    the per-entry noise weights. Weights from the raw data would correlate with their noise
+    and bias the fit (at Poisson means of 5 the raw counts are 45 % off their mean)."""
+    t = np.asarray(t, dtype=float)
+    U = np.asarray(U, dtype=float)
+    n = t.size
+    seg = np.zeros(n, dtype=int) if segments is None else np.asarray(segments)
+    starts = np.searchsorted(seg, seg, side="left")
+    stops = np.searchsorted(seg, seg, side="right")
+    width = np.minimum(2 * half_width + 1, stops - starts)
+    lo = np.clip(np.arange(n) - half_width, starts, np.maximum(stops - width, starts))
+    W = int(width.max())
+    idx = np.minimum(lo[:, None] + np.arange(W), stops[:, None] - 1)  # (n, W), repeats pad
+    valid = (np.arange(W)[None, :] < width[:, None]).astype(float)
+    tt = t[idx] - t[:, None]
+    span = np.maximum(np.max(np.abs(tt), axis=1, keepdims=True), np.finfo(float).tiny)
+    x = tt / span
+    deg = np.minimum(2, width - 1)
+    A = np.stack([np.ones_like(x), x, x**2], axis=-1) * valid[..., None]
+    A[..., 1:] *= np.arange(1, 3)[None, None, :] <= deg[:, None, None]
+    pinv = np.linalg.pinv(A)  # (n, 3, W)
+    Y = U[idx] * valid[..., None]  # (n, W, D)
+    coef = pinv @ Y  # (n, 3, D)
+    return coef[:, 0, :]

@@ -399,7 +399,8 @@ class _Forward:
                 except SolveFailed:
                     total[i] = -np.inf
                     break
-                total[i] += _gauss_loglik(U, term.likelihood.U, sigma, term.likelihood.noise)
+                lik = term.likelihood
+                total[i] += lik.observation.log_likelihood(lik.U, U, sigma)
             if bar is not None:
                 bar.update(advance=1)
         return total
@@ -422,22 +423,6 @@ class _Forward:
             self._deterministics = _batched([x], graphs)
         values = self._deterministics(np.atleast_2d(np.asarray(X, dtype=float)))
         return {d.name: v for d, v in zip(dets, values, strict=True)}
-
-
-def _gauss_loglik(U, Y, sigma, noise: str) -> float:
-    # exactly pm.Normal's / pm.LogNormal's log-density of the data, summed
-    if noise == "lognormal":
-        if np.any(U <= 0):
-            return -np.inf
-        z = (np.log(Y) - np.log(U)) / sigma
-        extra = -np.sum(np.log(Y))
-    else:
-        z = (Y - U) / sigma
-        extra = 0.0
-    n = Y.shape[0]
-    with np.errstate(over="ignore"):  # a solution far from the data: density zero, -inf
-        ss = np.sum(z**2)
-    return float(-0.5 * ss - n * np.sum(np.log(sigma)) - 0.5 * z.size * np.log(2 * np.pi) + extra)
 
 
 def _weak_logp(idata, model: pm.Model, Zw: np.ndarray, rows: np.ndarray | None = None):

@@ -43,6 +43,7 @@ from pymc_wendy.backends.op import noise_scale_vector, weak_loglik
 from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
 from pymc_wendy.model.data import time_labels
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.likelihood import (
@@ -135,21 +136,22 @@ class WeakODERV(RandomVariable):
         p, sigma, u0 = (np.broadcast_to(a, (*batch, a.shape[-1])) for a in (p, sigma, u0))
         out = np.empty((*batch, M1, D))
         for idx in np.ndindex(*batch):
-            eps = rng.standard_normal((M1, D))
-            out[idx] = _add_noise(self.trajectory(p[idx], u0[idx]), eps, sigma[idx], lik.noise)
+            out[idx] = self.draw(p[idx], sigma[idx], u0[idx], rng)
         return out
 
-
-def _add_noise(U: np.ndarray, eps: np.ndarray, sigma: np.ndarray, noise: str) -> np.ndarray:
-    return U * np.exp(eps * sigma) if noise == "lognormal" else U + eps * sigma
+    def draw(self, p, sigma, u0, rng: np.random.Generator) -> np.ndarray:
+        """One data set drawn around the solution at ``(p, u0)`` (the observation model's
+        draws, :mod:`pymc_wendy.model.observation`)."""
+        return self.likelihood.observation.draw(self.trajectory(p, u0), sigma, rng)
 
 
 #: the ops whose predictive draws the compiled draw functions call back, by fingerprint
 _DRAWING: weakref.WeakValueDictionary[int, WeakODERV] = weakref.WeakValueDictionary()
 
 
-def _trajectory_of(key: int, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(_DRAWING[key].trajectory(p, u0))
+def _draw_of(key: int, p: np.ndarray, sigma: np.ndarray, u0: np.ndarray, seed: int):
+    draw = _DRAWING[key].draw(p, sigma, u0, np.random.default_rng(seed))
+    return np.ascontiguousarray(draw, dtype=np.float64)
 
 
 @numba_core_rv_funcify.register(WeakODERV)
@@ -178,7 +180,7 @@ def _fingerprint(op: WeakODERV) -> int | None:
             (
                 _FINGERPRINT_VERSION, repr(model), model.params, model.inputs,
                 model.observed_columns,
-                lik.t, lik.U, lik.noise, lik.inputs, op.solver, op.free_initial,
+                lik.t, lik.U, lik.observation, lik.inputs, op.solver, op.free_initial,
                 None if known is None else (known.t0, known.u0),
             )
         )  # fmt: skip
@@ -188,21 +190,18 @@ def _fingerprint(op: WeakODERV) -> int | None:
 
 
 #: bump when what a predictive draw computes changes, so that cached draw functions go
-_FINGERPRINT_VERSION = 1
+_FINGERPRINT_VERSION = 2
 
 
 def _draw_function(op: WeakODERV, key: int):
-    M1, D = op.likelihood.t.size, op.likelihood.model.n_states
-    lognormal = op.likelihood.noise == "lognormal"
-
+    # numba's generator seeds the observation model's numpy draws: one description of the
+    # noise for every path, and draws reproducible from the sampler's random state
     @numba_njit
     def weak_ode_draw(rng, p, sigma, u0):
-        eps = rng.standard_normal((M1, D))
+        seed = rng.integers(0, 2**62)
         with numba.objmode(U="float64[:, :]"):
-            U = _trajectory_of(key, np.asarray(p), np.asarray(u0))
-        if lognormal:
-            return U * np.exp(eps * sigma)
-        return U + eps * sigma
+            U = _draw_of(key, np.asarray(p), np.asarray(sigma), np.asarray(u0), seed)
+        return U
 
     return weak_ode_draw
 
@@ -288,8 +287,11 @@ class WeakODELikelihood(Distribution):
         and forced models (``docs/data.md``, ``docs/higher_order.md``).
         A number or array: known. A random variable (or any symbolic tensor, scalar or (D,)):
         inferred jointly with ``params``; the gradient with respect to it is analytic.
-    noise : {"normal", "lognormal"}
-        Additive Gaussian noise or multiplicative log-normal noise.
+    noise : str or Observation
+        The observation model (:mod:`pymc_wendy.model.observation`): ``"normal"`` (additive
+        Gaussian), ``"lognormal"``, ``"proportional"``, ``pw.Combined(a, b)``, ``"poisson"``,
+        ``pw.NegativeBinomial(alpha)``. ``sigma`` is the noise level of the first three;
+        the others carry their parameters (estimated from the data when left None).
     u0 : None, array of shape (D,), or tensor
         Initial state used only for predictive draws (the weak likelihood does not depend on
         it). ``None``: :func:`estimate_initial_state` (fitted once, on the first draw). For a
@@ -422,6 +424,11 @@ class WeakODELikelihood(Distribution):
             raise ValueError("size is not supported: one WeakODELikelihood per data set")
         p = _params_vector(params, model)
         infer_sigma = _is_symbolic(sigma)
+        if infer_sigma and not likelihood.observation.scaled:
+            raise ValueError(
+                f"{likelihood.noise} noise has no noise level to infer (its variance follows "
+                "from the solution and the model's own parameters); leave sigma unset"
+            )
         if infer_sigma:
             sig = noise_scale_vector(sigma, D)
         else:
@@ -456,7 +463,7 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
         )
     x0 = None
     if op.free_initial:
-        x0 = pt.log(u0) if lik.noise == "lognormal" else u0
+        x0 = pt.log(u0) if lik.observation.log_scale else u0
     return weak_loglik(lik, p, sigma if op.infer_sigma else None, x0=x0)
 
 
@@ -488,8 +495,14 @@ def _likelihood(
         if _is_symbolic(sigma) or residual or auto:  # the filter's estimate is only a start
             warnings.simplefilter("ignore", ShortSeriesWarning)
         lik = build(None if _is_symbolic(sigma) or residual else sigma)
-    if auto and lik.t.size >= SHORT_SERIES:
+    if auto and (lik.t.size >= SHORT_SERIES or lik.observation.per_entry):
+        # the forward residuals' noise level is a constant sd: not a relative level or counts
         return lik
+    if residual and lik.observation.per_entry:
+        raise ValueError(
+            f"sigma='residual' estimates a constant noise sd; {lik.noise} noise varies with "
+            "the solution: leave sigma unset (the filter's moment fit) or infer it"
+        )
     if residual or auto:  # the noise of the forward residuals at the WENDy-MLE
         from pymc_wendy.estimators import fit
         from pymc_wendy.estimators.output_error import residual_noise
@@ -536,7 +549,7 @@ def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:
     return res.likelihood
 
 
-def _placeholder_state(ode: ODEModel, initial_state, noise: str) -> np.ndarray:
+def _placeholder_state(ode: ODEModel, initial_state, noise) -> np.ndarray:
     """Numbers to build the likelihood with where the initial state has a prior (its row
     is replaced at every evaluation); a clear error for what that does not cover."""
     refusal = free_initial_refusal(ode)
@@ -547,7 +560,7 @@ def _placeholder_state(ode: ODEModel, initial_state, noise: str) -> np.ndarray:
     if x.type.ndim != 1 or x.type.shape[0] not in (None, D):
         raise ValueError(f"initial_state must have {D} entries (one per state); got {x.type}")
     # positive for log-normal noise, whose weak form works on log u0
-    return np.ones(D) if noise == "lognormal" else np.zeros(D)
+    return np.ones(D) if as_observation(noise).log_scale else np.zeros(D)
 
 
 def _static_shape(shape) -> tuple[int, ...] | None:

@@ -147,7 +147,7 @@ def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVar
     ``size`` companion values (a higher-order model's states and their derivatives)."""
     U, model = likelihood.U, likelihood.base_model
     if max(model.orders) == 1:
-        if likelihood.noise == "lognormal":
+        if likelihood.observation.log_scale:
             return pm.LogNormal.dist(mu=np.log(U[0]), sigma=0.5, shape=size)
         scale = 0.5 * np.std(U, axis=0)
         scale = np.where(scale > 0, scale, np.maximum(np.abs(U[0]), 1.0))
@@ -243,12 +243,23 @@ def _replace_term(node, initial_state):
     t0 = None if known is None else known.t0
     op = ForwardSolution(lik, t0)
     U, _ = op(p, u0)
-    if lik.noise == "lognormal":
-        obs = pm.LogNormal.dist(mu=pt.log(U), sigma=sigma)
-    else:
-        obs = pm.Normal.dist(mu=U, sigma=sigma)
+    obs = observation_dist(lik.observation, U, sigma)
     new_out = model_observed_rv(obs, value, name, *dims)
     return ForwardTerm(name, lik, op, u0_name, new_u0), new_out, u0_out
+
+
+def observation_dist(observation, U, sigma) -> pt.TensorVariable:
+    """The data's distribution around the solution ``U`` (an unnamed variable): the
+    observation model's log-density and draws (:mod:`pymc_wendy.model.observation`)."""
+
+    def logp(value, U, sigma):
+        return observation.log_density(value, U, sigma, xp=pt)
+
+    def random(U, sigma, rng=None, size=None):
+        U, sigma = np.broadcast_arrays(U, sigma) if size is None else (U, sigma)
+        return observation.draw(np.broadcast_to(U, size or U.shape), sigma, rng)
+
+    return pm.CustomDist.dist(U, sigma, logp=logp, random=random, dtype="float64")
 
 
 def _initial_state_variable(u0_name: str, lik, initial_state, term: str, dims: tuple):

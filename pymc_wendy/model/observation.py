@@ -123,6 +123,12 @@ class Observation:
         return self
 
     @property
+    def per_entry(self) -> bool:
+        """Whether the variance changes with the solution (the weak stage then weights every
+        entry, :meth:`weights`)."""
+        return self.weights(np.ones((1, 1))) is not None
+
+    @property
     def complete(self) -> bool:
         """Whether every parameter of an unscaled model is given (scaled ones take
         ``sigma`` from the likelihood)."""

@@ -495,14 +495,10 @@ def _likelihood(
         if _is_symbolic(sigma) or residual or auto:  # the filter's estimate is only a start
             warnings.simplefilter("ignore", ShortSeriesWarning)
         lik = build(None if _is_symbolic(sigma) or residual else sigma)
-    if auto and (lik.t.size >= SHORT_SERIES or lik.observation.per_entry):
-        # the forward residuals' noise level is a constant sd: not a relative level or counts
-        return lik
-    if residual and lik.observation.per_entry:
-        raise ValueError(
-            f"sigma='residual' estimates a constant noise sd; {lik.noise} noise varies with "
-            "the solution: leave sigma unset (the filter's moment fit) or infer it"
-        )
+    if auto and (lik.t.size >= SHORT_SERIES or not lik.weak_observation.scaled):
+        return lik  # (counts and combined errors have no noise level to estimate)
+    if residual and not lik.weak_observation.scaled:
+        raise ValueError(f"sigma='residual': {lik.noise} noise has no noise level to estimate")
     if residual or auto:  # the noise of the forward residuals at the WENDy-MLE
         from pymc_wendy.estimators import fit
         from pymc_wendy.estimators.output_error import residual_noise

@@ -19,6 +19,7 @@ from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
@@ -198,7 +199,11 @@ def fit(
     estimator = registry.get(method)
     _check_sigma(model, sigma)
     data = _one_experiment(model, t, U, time_unit)
-    auto = sigma is None and data is not None and data.t.size < SHORT_SERIES
+    # (counts and combined errors carry their own variance: no noise level to estimate)
+    auto = (
+        sigma is None and data is not None and data.t.size < SHORT_SERIES
+        and as_observation(noise).scaled
+    )  # fmt: skip
     if isinstance(sigma, str) and sigma == "filter":
         sigma = None
     elif isinstance(sigma, str) or auto:
@@ -316,11 +321,13 @@ def _fit_residual_noise(
     # is fitted to all the data
     u0 = first.u0
     X = np.log(first.U) if first.noise == "lognormal" else first.U
-    known = first.likelihood.initial_state if first.likelihood is not None else None
+    lik = first.likelihood
+    known, obs = (None, None) if lik is None else (lik.initial_state, lik.weak_observation)
     try:
         est = residual_noise_of_data(
-            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0, known
-        )
+            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0, known,
+            observation=obs,
+        )  # fmt: skip
     except SimulationError as exc:
         if auto:
             warn_filter_fallback(first.t.size, exc, stacklevel=3)

@@ -397,12 +397,13 @@ def residual_noise(likelihood, p, *, solver: Mapping | None = None) -> ResidualN
     """
     lik = likelihood
     return residual_noise_of_data(
-        lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver, initial=lik.initial_state
-    )
+        lik.base_model, lik.t, lik.X, lik.noise, p, lik.inputs, solver,
+        initial=lik.initial_state, observation=lik.weak_observation,
+    )  # fmt: skip
 
 
 def residual_noise_of_data(
-    model, t, X, noise, p, inputs, solver, u0=None, initial=None
+    model, t, X, noise, p, inputs, solver, u0=None, initial=None, observation=None
 ) -> ResidualNoise:
     """:func:`residual_noise` from the data themselves rather than a likelihood.
 
@@ -423,6 +424,10 @@ def residual_noise_of_data(
     initial : InitialState, optional
         A state known at ``initial.t0 <= t[0]`` (:func:`~pymc_wendy.model.data.as_initial_state`):
         the solve starts there and no initial value is fitted.
+    observation : Observation, optional
+        A model whose variance changes with the solution (proportional error): each residual
+        is then divided by the square root of its weight at the solution, so that ``sigma``
+        is that model's (relative) noise level.
 
     Returns
     -------
@@ -451,7 +456,11 @@ def residual_noise_of_data(
     if noise == "lognormal" and np.any(U <= 0):
         raise SimulationError(f"{model.name}: the solution at p leaves the positive orthant")
     Z = np.log(U) if noise == "lognormal" else U
-    rss = np.sum((Z - X) ** 2, axis=0)
+    sq = (Z - X) ** 2
+    if observation is not None and observation.per_entry:
+        w = observation.weights(np.abs(Z))
+        sq = sq / np.maximum(w, np.finfo(float).tiny)
+    rss = np.sum(sq, axis=0)
     return ResidualNoise(sigma=np.sqrt(rss / dof), u0=np.asarray(u0), dof=float(dof), rss=rss)
 
 

@@ -87,6 +87,9 @@ class Observation:
     #: model's noise level (a number, estimated, or a PyMC random variable); otherwise the
     #: model holds its parameters and ``sigma`` is 1
     scaled: ClassVar[bool] = True
+    #: the variance changes with the solution: the weak stage weights every entry
+    #: (:meth:`weights`)
+    per_entry: ClassVar[bool] = True
 
     # --- data --------------------------------------------------------------------------------
     def check_data(self, U: np.ndarray, states) -> None:
@@ -105,6 +108,11 @@ class Observation:
         """What the weak residual is built from (``log U`` for log-normal noise)."""
         return U
 
+    def without_log(self) -> Observation:
+        """The model the weak form uses where it cannot work on ``log u``: this one, or for
+        log-normal noise proportional weights (the same variance to first order in sigma)."""
+        return self
+
     # --- the weak stage ------------------------------------------------------------------------
     def weights(self, u: np.ndarray) -> np.ndarray | None:
         """Per-entry variance factors at the (smoothed) solution ``u``: the variance of entry
@@ -121,12 +129,6 @@ class Observation:
     def with_variance_parameters(self, theta: np.ndarray) -> Observation:
         """This model with the variance parameters ``theta`` (shape (C, D)) filled in."""
         return self
-
-    @property
-    def per_entry(self) -> bool:
-        """Whether the variance changes with the solution (the weak stage then weights every
-        entry, :meth:`weights`)."""
-        return self.weights(np.ones((1, 1))) is not None
 
     @property
     def complete(self) -> bool:
@@ -168,6 +170,7 @@ class Normal(Observation):
     """Additive Gaussian noise of sd ``sigma`` (per state)."""
 
     name: ClassVar[str] = "normal"
+    per_entry: ClassVar[bool] = False
 
     def log_density(self, Y, u, sigma, xp=NUMPY):
         return _normal_log_density(Y, u, sigma, xp)
@@ -187,10 +190,14 @@ class LogNormal(Observation):
     ``log U`` with the log-state model; every datum and known value must be > 0)."""
 
     name: ClassVar[str] = "lognormal"
+    per_entry: ClassVar[bool] = False
     log_scale: ClassVar[bool] = True
 
     def weak_data(self, U):
         return np.log(U)
+
+    def without_log(self):
+        return Proportional()
 
     def log_density(self, Y, u, sigma, xp=NUMPY):
         logY = xp.log(Y)

@@ -93,6 +93,8 @@ class WeakForm(abc.ABC):
 
     #: the compiled backend's kernel builder for this kind (:class:`KernelSpec`)
     kind: ClassVar[str]
+    #: whether the weak form can work on ``log u`` (the log-state model of log-normal noise)
+    log_scale: ClassVar[bool] = True
 
     def __init__(
         self,

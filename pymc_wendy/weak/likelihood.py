@@ -165,11 +165,12 @@ class WeakLikelihood:
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
         form_cls = form_for(model)
-        form_cls.check_noise(model, obs)
         data = as_data(t, U, model.states, time_unit=time_unit)
         t, U = check_data(data.t, data.U, model.n_states)
         # order > 1: the state and its derivatives (the companion layout) at t0
         self.initial_state = as_initial_state(initial_state, t0, data, model.companion_states)
+        weak = _weak_observation(obs, form_cls, self.initial_state)
+        form_cls.check_noise(model, weak)
         # inputs given as values are on all the given times, missing rows included
         self.inputs = as_inputs(model.inputs, inputs, data.t_given)
         self.observed = data
@@ -179,15 +180,16 @@ class WeakLikelihood:
         obs.check_data(U, model.states)
         if obs.log_scale:
             check_positive_data(t, U, model.states)
-            self.model = model.log_transformed()
-        else:
-            self.model = model
-        self.X = obs.weak_data(U)
+        self.model = model.log_transformed() if weak.log_scale else model
+        self.X = weak.weak_data(U)
         tf = self._test_functions(test_functions, form_cls)
         self.ridge = float(ridge)
-        #: the observation model, its unknown variance parameters filled in (module doc)
-        self.observation, data_weights = self._noise_weights(obs)
-        self.noise = self.observation.name
+        #: the observation model of the weak form, its unknown variance parameters filled in
+        self.weak_observation, data_weights = self._noise_weights(weak)
+        #: the data's observation model (the exact stage's): the weak form's, or log-normal
+        #: where the weak form uses proportional weights instead (:func:`_weak_observation`)
+        self.observation = self.weak_observation if weak is obs else obs
+        self.noise = self.weak_observation.name
         grid, weights = (t, self.X), data_weights
         if self.initial_state is not None:
             grid, tf, weights = self._with_initial_state(tf, form_cls, data_weights)
@@ -300,7 +302,7 @@ class WeakLikelihood:
     def _noise_weights(self, obs):
         """The observation model with its unknown variance parameters estimated, and the
         per-entry noise weights at the smoothed data (None for a constant variance)."""
-        if obs.weights(self.X[:1]) is None:
+        if not obs.per_entry:
             return obs, None
         u = smoothed_state(self.t, self.X, self._segments())
         # floored at a small share of each state's size: a weight of 0 would make the
@@ -332,13 +334,13 @@ class WeakLikelihood:
                     f"zero, e.g. before a first dose); got {u0}"
                 )
             u0 = u0[model.observed_columns]
-        if self.observation.log_scale and np.any(u0 <= 0):
+        if self.weak_observation.log_scale and np.any(u0 <= 0):
             raise ValueError(
                 f"initial_state {u0}: with log-normal noise the weak form works on log u, "
                 "so every known initial value must be > 0 (a state known to be 0 needs "
                 "noise='proportional', the same relative error without the log, or 'normal')"
             )
-        x0 = self.observation.weak_data(u0)
+        x0 = self.weak_observation.weak_data(u0)
         prepend = t0 < self.t[0]
         t = np.concatenate([[t0], self.t]) if prepend else self.t
         X = np.vstack([x0, self.X]) if prepend else np.vstack([x0, self.X[1:]])
@@ -362,7 +364,7 @@ class WeakLikelihood:
 
     def _sigma(self, sigma, weights) -> tuple[np.ndarray, bool]:
         """The noise level and whether it was estimated; ``weights`` are the data's."""
-        obs = self.observation
+        obs = self.weak_observation
         if not obs.scaled:
             if sigma is not None:
                 raise ValueError(
@@ -859,6 +861,20 @@ class WeakLikelihood:
         """Diagnostics at an estimate ``p`` (:func:`~pymc_wendy.weak.diagnostics.diagnose`,
         one entry)."""
         return diagnose([self], self.check_params(p))
+
+
+def _weak_observation(obs, form_cls: type[WeakForm], initial_state):
+    """The observation model the weak form uses: the data's, except that log-normal noise
+    falls back to proportional weights (the same variance to first order in ``sigma``) where
+    the weak form cannot work on ``log u``: derivative terms and inputs (doses), or a known
+    initial state that is 0. The exact stage keeps the log-normal density, which never takes
+    the log of the known state (it is not an observation)."""
+    if not obs.log_scale:
+        return obs
+    at_zero = initial_state is not None and np.any(initial_state.u0 <= 0)
+    if form_cls.log_scale and not at_zero:
+        return obs
+    return obs.without_log()
 
 
 def free_initial_refusal(model: ODEModel) -> str | None:

@@ -126,13 +126,15 @@ def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel, **wher
 class OperatorForm(WeakForm):
     """:class:`~pymc_wendy.weak.form.WeakForm` of a model with derivative terms or inputs.
 
-    Chosen for a model with ``model.has_operator_terms``. Additive Gaussian noise only.
+    Chosen for a model with ``model.has_operator_terms``. Any observation model that does
+    not work on ``log u`` (log-normal noise uses proportional weights here).
     Test functions must have an analytic form (built by :func:`build_test_functions`), since
     derivatives of order above one are evaluated from it; the default is
     :func:`default_test_functions`.
     """
 
     kind = "operator"
+    log_scale = False
 
     @classmethod
     def accepts(cls, model: ODEModel) -> bool:

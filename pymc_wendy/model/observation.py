@@ -387,11 +387,20 @@ def as_observation(noise) -> Observation:
     return _NAMES[key]()
 
 
-def smoothed_state(t: np.ndarray, U: np.ndarray, segments=None, half_width: int = 3):
-    """The data smoothed by local quadratics over ``2 half_width + 1`` neighbours (within
-    each smooth stretch ``segments``, so never across a dose): where the weak stage evaluates
-    the per-entry noise weights. Weights from the raw data would correlate with their noise
-    and bias the fit (at Poisson means of 5 the raw counts are 45 % off their mean)."""
+def smoothed_state(
+    t: np.ndarray, U: np.ndarray, segments=None, half_width: int = 6, leave_out: bool = True
+):
+    """The data smoothed by local quadratics over the ``2 half_width`` neighbours of each
+    point, the point itself left out (within each smooth stretch ``segments``, so never
+    across a dose): where the weak stage evaluates the per-entry noise weights.
+
+    A weight that correlates with its entry's noise biases the fit. From the raw data (at
+    Poisson means of 5 a count is 45 % off its mean) that is plain; a 7-point smoother that
+    keeps the point (a third of its own noise) still left, over 40 data sets of 257 points,
+    a bias of 5 % in Lotka-Volterra's p4 with negative binomial counts (coverage 0.72) and
+    2.5 % in logistic growth's rates with Poisson counts (0.83). Leaving the point out and
+    widening to 12 neighbours: 1.3 % and 0.05 % (coverage 0.85-0.98; 20 neighbours 0.5 %).
+    """
     t = np.asarray(t, dtype=float)
     U = np.asarray(U, dtype=float)
     n = t.size
@@ -403,10 +412,12 @@ def smoothed_state(t: np.ndarray, U: np.ndarray, segments=None, half_width: int 
     W = int(width.max())
     idx = np.minimum(lo[:, None] + np.arange(W), stops[:, None] - 1)  # (n, W), repeats pad
     valid = (np.arange(W)[None, :] < width[:, None]).astype(float)
+    if leave_out:  # the point's own value out of its smoothed value
+        valid[np.arange(n), np.arange(n) - lo] = 0.0
     tt = t[idx] - t[:, None]
     span = np.maximum(np.max(np.abs(tt), axis=1, keepdims=True), np.finfo(float).tiny)
     x = tt / span
-    deg = np.minimum(2, width - 1)
+    deg = np.minimum(2, width - 1 - int(leave_out))
     A = np.stack([np.ones_like(x), x, x**2], axis=-1) * valid[..., None]
     A[..., 1:] *= np.arange(1, 3)[None, None, :] <= deg[:, None, None]
     pinv = np.linalg.pinv(A)  # (n, 3, W)

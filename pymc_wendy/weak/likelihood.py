@@ -304,7 +304,10 @@ class WeakLikelihood:
         per-entry noise weights at the smoothed data (None for a constant variance)."""
         if not obs.per_entry:
             return obs, None
-        u = smoothed_state(self.t, self.X, self._segments())
+        # 12 neighbours (observation.smoothed_state), fewer on short series, where a
+        # quadratic over half the series would flatten a peak (and its weights)
+        half_width = int(np.clip(self.t.size // 16, 3, 6))
+        u = smoothed_state(self.t, self.X, self._segments(), half_width=half_width)
         # floored at a small share of each state's size: a weight of 0 would make the
         # entry exact, and a smoothed value can dip below 0 near a zero solution
         rms = np.sqrt(np.mean(self.X**2, axis=0))
@@ -871,6 +874,11 @@ def _weak_observation(obs, form_cls: type[WeakForm], initial_state):
     the log of the known state (it is not an observation)."""
     if not obs.log_scale:
         return obs
+    if initial_state is not None and np.any(initial_state.u0 < 0):
+        raise ValueError(
+            f"initial_state {initial_state.u0}: log-normal noise describes a positive "
+            "solution, so no known initial value can be negative"
+        )
     at_zero = initial_state is not None and np.any(initial_state.u0 <= 0)
     if form_cls.log_scale and not at_zero:
         return obs

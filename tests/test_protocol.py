@@ -37,8 +37,12 @@ def test_form_is_chosen_from_the_model(lv):
     d = head.simulate(n_points=101, noise_ratio=0.05, seed=0)
     lik = pw.WeakLikelihood(head.model, d.t, d.U, inputs=head.inputs)
     assert isinstance(lik.form, OperatorForm) and lik.form.kind == "operator"
-    with pytest.raises(ValueError, match="'normal' noise only"):
-        pw.WeakLikelihood(head.model, d.t, np.abs(d.U) + 1, inputs=head.inputs, noise="lognormal")
+    # the operator form cannot work on log u: log-normal noise gets proportional weights there
+    # (docs/observation.md), and the form itself refuses a log-scale observation model
+    lik = pw.WeakLikelihood(head.model, d.t, np.abs(d.U) + 1, inputs=head.inputs, noise="lognormal")
+    assert lik.noise == "proportional" and lik.observation.name == "lognormal"
+    with pytest.raises(ValueError, match="cannot work on log u"):
+        OperatorForm.check_noise(head.model, pw.LogNormal())
 
 
 def test_a_registered_form_is_used_by_the_likelihood_and_the_op(lv, monkeypatch):

@@ -130,7 +130,11 @@ def test_hindmarsh_rose_2_percent():
     # WENDy-MLE Table 7, 2 % noise. At M = 1024 the paper's MSEs (4.2 5.9 53 6.1 5.4 2.5 5.1
     # 0.015 9.3e-5 0.058) are larger than at M = 512; we hold ourselves to the M = 512 column:
     # 0.036 0.059 0.76 1.1 0.11 24 0.099 2.6e-5 0.00013 0.002.
-    prob, est = _fit_many("hindmarsh_rose", 4, noise_ratio=0.02, subsample=1)
+    # The forward check of pw.fit flags one of the four: its solution's spikes drift from
+    # the data's over the 1025 points (y's residual sd 2.4 times the noise), a weak-form
+    # estimate whose exact counterpart differs, which the check exists to say.
+    with pytest.warns(pw.FitWarning, match="does not fit the data"):
+        prob, est = _fit_many("hindmarsh_rose", 4, noise_ratio=0.02, subsample=1)
     _assert_mse_within(
         prob, est, [0.036, 0.059, 0.76, 1.1, 0.11, 24, 0.099, 2.6e-5, 0.00013, 0.002]
     )

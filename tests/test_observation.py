@@ -107,6 +107,20 @@ def test_hostile_parameters_and_data():
         add_noise(-np.ones((3, 1)), noise="poisson", noise_ratio=0.0)
 
 
+@pytest.mark.parametrize("method", ["oels", "hybrid", "deq"])
+@pytest.mark.parametrize("noise", ["proportional", "poisson"])
+def test_estimators_with_one_noise_level_per_state_refuse_per_entry_noise(method, noise):
+    """Output error and the discretisation baselines weigh residuals by one level per state:
+    a clear error, not a fit with the wrong weights (docs/observation.md)."""
+    logistic = pw.get_problem("logistic")
+    data = logistic.simulate(noise_ratio=0.0, subsample=4)
+    U = np.round(100 * data.U_true)
+    with pytest.raises(ValueError, match="one noise level per state"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", pw.FitWarning)
+            pw.fit(logistic.model, data.t, U, method=method, noise=noise)
+
+
 def test_smoothed_state_follows_a_quadratic_and_respects_segments():
     t = np.linspace(0.0, 2.0, 21)
     U = np.column_stack([1 + t - t**2, 3 + 0 * t])

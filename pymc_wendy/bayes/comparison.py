@@ -27,6 +27,7 @@ from pymc.model.transform.conditioning import remove_value_transforms
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy.bayes.distribution import WeakODERV
+from pymc_wendy.model.observation import as_observation
 
 __all__ = ["compare", "compute_log_likelihood", "experiment_log_likelihood"]
 
@@ -148,7 +149,7 @@ def _loo(op: WeakODERV, p, sigma, u0) -> np.ndarray:
     lik = op.likelihood
     x0 = None
     if op.free_initial:
-        x0 = np.log(u0) if lik.noise == "lognormal" else u0
+        x0 = np.log(u0) if as_observation(lik.noise).log_scale else u0
     return lik.loo_log_likelihood(p, sigma if op.infer_sigma else None, x0)
 
 

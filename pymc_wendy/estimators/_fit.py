@@ -320,7 +320,7 @@ def _fit_residual_noise(
     # output error has its own initial state; the weak-form estimators leave it free, and it
     # is fitted to all the data
     u0 = first.u0
-    X = np.log(first.U) if first.noise == "lognormal" else first.U
+    X = np.log(first.U) if as_observation(first.noise).log_scale else first.U
     lik = first.likelihood
     known, obs = (None, None) if lik is None else (lik.initial_state, lik.weak_observation)
     try:

@@ -71,6 +71,7 @@ from pymc_wendy.model.compiled_solve import (
     max_steps_for,
     supports,
 )
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.noise import noise_filter
 
@@ -158,7 +159,7 @@ def continue_initial_state(
     few. Where the solution from the previous step's state diverges on the longer span (a
     start fitted to the first noisy points, below zero), the step starts afresh from the
     data (:func:`~pymc_wendy.estimators.output_error.fit_initial_state` on its rows)."""
-    log = noise == "lognormal"
+    log = as_observation(noise).log_scale
     x = np.log(u0) if log else np.asarray(u0, dtype=float)
     opts = {**DEFAULT_SOLVER, **(solver or {})}
     for m in stages(n, t.size, profile):
@@ -345,7 +346,7 @@ def _recovery(case: _Case, u0: np.ndarray, seed: int) -> np.ndarray | None:
     m, t, p, noise, sigma = case.model, case.t, case.p, case.noise, case.sigma
     try:
         Z = solve(m, p, u0, t, inputs=case.inputs or None, **case.opts)[:, m.observed_columns]
-        if noise == "lognormal":
+        if as_observation(noise).log_scale:
             if np.any(Z <= 0):
                 return None
             Z = np.log(Z)

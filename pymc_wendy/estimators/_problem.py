@@ -18,6 +18,7 @@ from pymc_wendy.estimators.registry import Estimator, get, names
 from pymc_wendy.model.data import as_data
 from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
+from pymc_wendy.model.observation import Normal, as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import WeakLikelihoodError
@@ -126,6 +127,7 @@ def prepare(
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
         lik = None
+        noise = _forward_noise(noise, estimator.name)
         t_, U_, s, s_est, inputs_ = _data_only(model, t, U, noise, sigma, inputs, time_unit)
         base = model
     else:
@@ -261,7 +263,8 @@ def _likelihood_of(
     if isinstance(model, Likelihood):
         if t is not None or U is not None:
             raise ValueError("pass either a likelihood, or a model with t and U; not both")
-        given = {"noise": noise != "normal", "sigma": sigma is not None, "inputs": bool(inputs)}
+        given = {"noise": as_observation(noise) != Normal(), "sigma": sigma is not None}
+        given |= {"inputs": bool(inputs)}
         given |= {"time_unit": time_unit is not None, "initial_state": initial_state is not None}
         given |= {"t0": t0 is not None}
         given |= {"test_functions": test_functions is not None, "ridge": ridge != 1e-10}
@@ -377,16 +380,27 @@ def _joint_likelihood(
     return JointLikelihood(experiments)
 
 
+def _forward_noise(noise, method: str) -> str:
+    """The name of a noise model that estimators without a weak likelihood handle: one
+    noise level per state, on the data or on their log."""
+    obs = as_observation(noise)
+    if obs.per_entry or not obs.scaled:
+        raise ValueError(
+            f"method {method!r} supports 'normal' and 'lognormal' noise (one noise level per "
+            f"state); got {obs.name!r}: use a weak-form method ('mle', 'irls', 'wls')"
+        )
+    return obs.name
+
+
 def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None, inputs=None):
     """Validated data, noise level and inputs, for estimators that need no weak
     likelihood."""
-    if noise not in ("normal", "lognormal"):
-        raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
+    noise = _forward_noise(noise, "this method")
     data = as_data(t, U, model.states, time_unit=time_unit)
     t, U = check_data(data.t, data.U, model.n_states)
-    if noise == "lognormal":
+    if as_observation(noise).log_scale:
         check_positive_data(t, U, model.states)
-    Z = np.log(U) if noise == "lognormal" else U
+    Z = np.log(U) if as_observation(noise).log_scale else U
     # inputs given as values are on all the given times, missing rows included
     forcing = as_inputs(model.inputs, inputs, data.t_given)
     if sigma is None:

@@ -118,6 +118,7 @@ from pymc_wendy.estimators._problem import FitProblem, safe_nll
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.model.inputs import Input
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak.test_functions import gauss_legendre
 
@@ -599,7 +600,7 @@ def prepare_criterion(problem: FitProblem) -> tuple[LinearStructure, _Basis, _Cr
     with defaults filled in. Exposed for tests and diagnostics."""
     if problem.several:
         raise ValueError("method='data2ld' fits one experiment; got several")
-    if problem.noise != "normal":
+    if as_observation(problem.noise).log_scale:
         raise ValueError("method='data2ld' supports additive normal noise only")
     model = problem.model
     struct = linear_structure(model)

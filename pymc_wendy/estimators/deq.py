@@ -123,11 +123,12 @@ import numpy as np
 from scipy import optimize, stats
 
 from pymc_wendy.estimators._bounds import strictly_inside
-from pymc_wendy.estimators._problem import FitProblem
+from pymc_wendy.estimators._problem import FitProblem, _forward_noise
 from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.output_error import fit_initial_state, local_quadratic_start
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import kernels
 
@@ -540,8 +541,7 @@ class _Irls:
 # --- the estimator --------------------------------------------------------------------------
 def _setup(model, t, U, noise, sigma, bounds, u0, opts):
     """Validated pieces for :class:`_Irls`: everything checked before the first solve."""
-    if noise not in ("normal", "lognormal"):
-        raise ValueError(f"noise must be 'normal' or 'lognormal'; got {noise!r}")
+    noise = _forward_noise(noise, "deq")
     J, D = model.n_params, model.n_states
     mask = _observed_mask(opts["observed"], model)
     K = t.size
@@ -551,7 +551,7 @@ def _setup(model, t, U, noise, sigma, bounds, u0, opts):
             f"deq needs at least 3 time points and more observations ({K} x {int(mask.sum())} "
             f"observed) than unknowns ({P})"
         )
-    Z = np.log(U) if noise == "lognormal" else np.asarray(U, dtype=float)
+    Z = np.log(U) if as_observation(noise).log_scale else np.asarray(U, dtype=float)
     gamma = np.broadcast_to(np.asarray(sigma, dtype=float), (D,)).copy()
     if not np.all(np.isfinite(gamma[mask])) or np.any(gamma[mask] <= 0):
         raise ValueError(f"sigma (the noise sd, a lower bound on it suffices) must be > 0: {gamma}")
@@ -562,7 +562,7 @@ def _setup(model, t, U, noise, sigma, bounds, u0, opts):
                 "every state is observed"
             )
         x0 = local_quadratic_start(t, Z)
-        x0 = np.exp(x0) if noise == "lognormal" else x0
+        x0 = np.exp(x0) if as_observation(noise).log_scale else x0
     else:
         x0 = np.asarray(u0, dtype=float)
         if x0.shape != (D,) or not np.all(np.isfinite(x0)):
@@ -581,7 +581,7 @@ def _deq(model, t, U, p0, u0, *, noise, sigma, bounds, options) -> dict:
     opts["scheme"] = opts["scheme"].lower()
     mask, Z, gamma, x0, lo, hi, steps = _setup(model, t, U, noise, sigma, bounds, u0, opts)
     J, D = model.n_params, model.n_states
-    disc = _Discrete(model, t, steps, opts["scheme"], noise == "lognormal")
+    disc = _Discrete(model, t, steps, opts["scheme"], as_observation(noise).log_scale)
     irls = _Irls(disc, Z, mask, gamma**2, lo, hi, opts["max_iter"], opts["tol"], opts["max_nfev"])
     theta0 = np.concatenate([np.asarray(p0, dtype=float), x0])
     if u0 is None and irls.residual(theta0) is None:
@@ -734,8 +734,12 @@ def _irls_of(result: FitResult) -> _Irls:
     lo, hi = np.full(J + D, -np.inf), np.full(J + D, np.inf)
     if sv["bounds"] is not None:
         lo[:J], hi[:J] = sv["bounds"]
-    Z = np.log(result.U) if result.noise == "lognormal" else np.asarray(result.U, dtype=float)
-    disc = _Discrete(model, t, sv["steps"], sv["scheme"], result.noise == "lognormal")
+    Z = (
+        np.log(result.U)
+        if as_observation(result.noise).log_scale
+        else np.asarray(result.U, dtype=float)
+    )
+    disc = _Discrete(model, t, sv["steps"], sv["scheme"], as_observation(result.noise).log_scale)
     gamma2 = result.history["gamma"] ** 2
     return _Irls(disc, Z, mask, gamma2, lo, hi, sv["max_iter"], sv["tol"], sv["max_nfev"])
 

@@ -86,6 +86,7 @@ from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import screened_start
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak.test_functions import (
@@ -367,7 +368,7 @@ def run(problem: FitProblem) -> FitResult:
     """``fit(method="oc")``."""
     if problem.several:
         raise ValueError("method='oc' fits one experiment; got several")
-    if problem.noise != "normal":
+    if as_observation(problem.noise).log_scale:
         raise ValueError("method='oc' supports additive normal noise only")
     opts = {**_DEFAULTS, **problem.options}
     model, t, U = problem.model, problem.t, problem.U

@@ -25,6 +25,7 @@ from pymc_wendy.estimators.output_error import (
 from pymc_wendy.estimators.registry import Estimator
 from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.estimators.wls import weak_least_squares
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
 from pymc_wendy.weak import kernels
@@ -72,6 +73,12 @@ def _solves(model: ODEModel, p, u0, t, solver, inputs=None) -> bool:
 def _fit_oe(
     model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, options, common, inputs=None
 ):
+    if as_observation(noise).per_entry:
+        raise ValueError(
+            f"output error weighs the residuals by one noise level per state, and {noise} "
+            "noise varies with the solution: use a weak-form method ('mle', 'irls', 'wls'), "
+            "or pw.sample, whose exact stage uses the observation model's own density"
+        )
     several = isinstance(t, tuple)
     forcing = list(inputs) if several and inputs else [inputs or None] * (len(t) if several else 1)
     if u0 is None:
@@ -99,7 +106,7 @@ def _initial_states_from_data(model, t, U, p_start, noise, solver, forcing) -> n
     several = isinstance(t, tuple)
     starts = []
     for (te, Ue), we in zip(zip(t, U, strict=True) if several else [(t, U)], forcing, strict=True):
-        Z = np.log(Ue) if noise == "lognormal" else Ue
+        Z = np.log(Ue) if as_observation(noise).log_scale else Ue
         start = initial_state_guess(model, te, Z, noise)
         if several and not _solves(model, p_start, start, te, solver, we):
             # The local fit's start blows up (a noisy small state below zero, say); one

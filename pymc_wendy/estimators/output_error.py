@@ -34,6 +34,7 @@ from scipy import optimize
 
 from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, max_steps_for
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.sensitivities import operator_sensitivity_rhs
 from pymc_wendy.model.simulate import SimulationError, integrate, solve
@@ -247,7 +248,7 @@ def output_error(
     u0s = np.asarray(u0, dtype=float).reshape(E, n0)
     sigmas = np.broadcast_to(np.asarray(sigma, dtype=float), (E, D))
     input_list = list(inputs) if several and inputs is not None else [inputs] * E
-    log = noise == "lognormal"
+    log = as_observation(noise).log_scale
     opts_solver = {**DEFAULT_SOLVER, **(solver or {})}
     problems = []
     for te, Ue, se, we in zip(ts, Us, sigmas, input_list, strict=True):
@@ -299,7 +300,7 @@ class _InitialState:
     without inputs or derivative terms)."""
 
     def __init__(self, model: ODEModel, t, X, noise: str, p, n: int, opts: dict, inputs):
-        self.log = noise == "lognormal"
+        self.log = as_observation(noise).log_scale
         self.p = np.asarray(p, dtype=float)
         Z = X[:n]
         # A trial start whose solution runs far beyond the data (a logistic curve from a
@@ -453,9 +454,9 @@ def residual_noise_of_data(
         if u0 is None:
             u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
         U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
-    if noise == "lognormal" and np.any(U <= 0):
+    if as_observation(noise).log_scale and np.any(U <= 0):
         raise SimulationError(f"{model.name}: the solution at p leaves the positive orthant")
-    Z = np.log(U) if noise == "lognormal" else U
+    Z = np.log(U) if as_observation(noise).log_scale else U
     sq = (Z - X) ** 2
     if observation is not None and observation.per_entry:
         w = observation.weights(np.abs(Z))
@@ -503,4 +504,4 @@ def polynomial_start(orders, t: np.ndarray, X: np.ndarray) -> np.ndarray:
 
 
 def _from_log(x0: np.ndarray, noise: str) -> np.ndarray:
-    return np.exp(x0) if noise == "lognormal" else x0
+    return np.exp(x0) if as_observation(noise).log_scale else x0

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_wendy.model.observation import as_observation
+
 __all__ = ["CHAOS_NOISE_SHARE", "solver_error_share"]
 
 #: share of the noise level that the solver's relative tolerance, amplified by the largest
@@ -33,7 +35,7 @@ def solver_error_share(
     """
     growth = float(np.max(np.linalg.norm(S0, ord=2, axis=(1, 2))))
     sigma = np.asarray(sigma, dtype=float)
-    if noise == "lognormal":
+    if as_observation(noise).log_scale:
         relative = float(np.min(sigma))
     else:
         size = np.maximum(np.sqrt(np.mean(np.asarray(U) ** 2, axis=0)), 1e-300)

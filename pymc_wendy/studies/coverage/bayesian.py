@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pymc_wendy.model.observation import as_observation
 from pymc_wendy.problems.catalogue import Problem
 from pymc_wendy.studies.coverage.methods import split_estimator
 
@@ -110,7 +111,7 @@ def _posterior_model(
         sigma = task.fit_options.get("sigma")
         if infer_sigma:
             U = np.concatenate([np.asarray(d.U, dtype=float) for d in datasets])
-            scale = np.nanstd(np.log(U) if prob.noise == "lognormal" else U, axis=0)
+            scale = np.nanstd(np.log(U) if as_observation(prob.noise).log_scale else U, axis=0)
             sigma = pm.HalfNormal("sigma", scale, dims="state")
         for i, (d, c) in enumerate(zip(datasets, corrections, strict=True)):
             WeakODELikelihood(

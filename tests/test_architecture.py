@@ -189,6 +189,29 @@ def _code_lines(fn: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) ->
     return sum(1 for ln in code if ln and not ln.startswith("#"))
 
 
+def test_noise_names_are_compared_only_by_the_observation_models():
+    """A noise model is an object (model/observation.py); code elsewhere asks it (``log_scale``,
+    ``per_entry``, ``scaled``, its methods) instead of comparing its name (issue 56)."""
+    names = {"normal", "lognormal", "proportional", "combined", "poisson", "negbinomial"}
+    offenders = []
+    for path in ROOT.rglob("*.py"):
+        if path.name == "observation.py" or "_generated" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            operands = [node.left, *node.comparators]
+            consts = [
+                c.value
+                for o in operands
+                for c in ([o] if not isinstance(o, ast.Tuple) else o.elts)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            ]
+            if names & set(consts):
+                offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not offenders, offenders
+
+
 def test_functions_are_short():
     too_long, unexplained = [], []
     for path in sorted(ROOT.rglob("*.py")):

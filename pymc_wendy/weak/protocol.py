@@ -60,8 +60,9 @@ class Likelihood(Protocol):
         The model the weak residual is built from (for log-normal noise, the log-state model).
     base_model : ODEModel
         The model as the user gave it.
-    noise : {"normal", "lognormal"}
-        The noise model of the data.
+    noise : str
+        The name of the observation model the weak form uses (``weak_observation.name``;
+        compare objects' attributes, never this name: ``tests/test_architecture.py``).
     sigma : ndarray
         The noise level the methods use when their ``sigma`` argument is None.
     sigma_estimated : bool

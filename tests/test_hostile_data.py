@@ -458,3 +458,18 @@ def test_boolean_and_complex_arrays_are_refused(which, cast, match):
     t, U = (cast(DATA.t), DATA.U) if which == "t" else (DATA.t, cast(DATA.U))
     with pytest.raises(ValueError, match=match):
         pw.fit(P.model, t, U)
+
+
+def test_hostile_option_values_name_the_option():
+    """Issue 54's defects 4 and 9: an int for input_output's observed state, Kmax=None and a
+    radius_range below two time steps gave a TypeError from int(), a TypeError from
+    iterating and numpy's "SVD did not converge"."""
+    two = pw.get_problem("pk_two_compartment")
+    with pytest.raises(TypeError, match="observed must be the name of a state"):
+        pw.input_output(two.model, 1)
+    lg = pw.get_problem("logistic")
+    d = lg.simulate(noise_ratio=0.05, subsample=4, seed=0)
+    with pytest.raises(ValueError, match="Kmax must be an integer >= 1"):
+        pw.WeakLikelihood(lg.model, d.t, d.U, test_functions={"Kmax": None})
+    with pytest.raises(ValueError, match=r"radius_range .* largest radius is 0 time steps"):
+        pw.WeakLikelihood(lg.model, d.t, d.U, test_functions={"radius_range": (1e-5, 1e-4)})

@@ -219,7 +219,15 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
 
 
 def _observed_state(model: ODEModel, observed) -> str:
-    names = [observed] if isinstance(observed, str) else list(observed)
+    if isinstance(observed, str):
+        names = [observed]
+    elif isinstance(observed, (list, tuple)) and all(isinstance(n, str) for n in observed):
+        names = list(observed)
+    else:
+        raise TypeError(
+            f"observed must be the name of a state of {model.name} ({list(model.states)}) or a "
+            f"list of one name; got {observed!r}"
+        )
     unknown = [n for n in names if n not in model.states]
     if unknown:
         raise ValueError(f"observed states {unknown} are not states of {model.name}")

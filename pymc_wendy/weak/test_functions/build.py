@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -185,8 +186,8 @@ def _check_options(
         if int(K) != K or K < 1:
             raise ValueError(f"K must be a positive integer, got {K!r}")
         K = int(K)
-    if int(Kmax) < 1:
-        raise ValueError(f"Kmax must be >= 1, got {Kmax!r}")
+    if isinstance(Kmax, bool) or not isinstance(Kmax, numbers.Integral | float) or Kmax < 1:
+        raise ValueError(f"Kmax must be an integer >= 1 (default 200), got {Kmax!r}")
     check_positive("max_cond", max_cond)
     if not 0.0 < float(max_info) <= 1.0:
         raise ValueError(f"max_info must lie in (0, 1], got {max_info!r}")

@@ -68,7 +68,16 @@ def max_radius_points(grid: Grid, radius_range: tuple[float, float] | None) -> f
     """WENDy.jl's ``radiusMax``: ``min(floor(radius_range[1]/dt), floor(M/2))`` in points;
     ``floor(M/2)`` (half the span) when ``radius_range`` is None."""
     hi = grid.r_fit if radius_range is None else min(radius_range[1], grid.r_fit)
-    return float(grid.floor(grid.to_points(hi)))
+    points = float(grid.floor(grid.to_points(hi)))
+    if radius_range is not None and points < _MIN_RADIUS_POINTS:
+        # below that, a test function spans too few samples to be integrated (the SVD of
+        # such rows did not converge)
+        raise ValueError(
+            f"radius_range {tuple(radius_range)}: its largest radius is {points:g} time steps; "
+            f"test functions need at least {_MIN_RADIUS_POINTS} (radius >= "
+            f"{_MIN_RADIUS_POINTS * grid.unit:g} in the data's time unit)"
+        )
+    return points
 
 
 def _candidate_points(

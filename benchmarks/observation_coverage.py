@@ -1,16 +1,19 @@
-"""Coverage of the weak stage's 95 % intervals for count data (issue 56's count goal).
+"""Coverage of the weak stage's 95 % intervals under the observation models (issue 56).
 
-Per cell, ``--n-datasets`` data sets of counts drawn around a catalogue solution rescaled
-to the cell's means, fitted by ``pw.fit`` (WENDy-MLE) with the observation model that made
-them (the negative binomial's dispersion estimated by the filter's moment fit unless
-``--known-alpha``). Printed per cell and parameter: relative bias, relative RMSE and the
-coverage of the 95 % intervals, with its Monte Carlo standard error. Goal: coverage
-0.93-0.97 over 200 data sets per cell.
+Per cell, ``--n-datasets`` simulated data sets fitted by ``pw.fit`` (WENDy-MLE) with the
+observation model that made them. Count cells: counts drawn around a catalogue solution
+rescaled to the cell's means (the negative binomial's dispersion estimated by the filter's
+moment fit unless ``--known-alpha``). ``pk_doses_prop``: ``pk_oral_doses`` observed in C with
+10 % proportional error and C = 0 before the first dose, fitted through its input-output
+equation with ``bias_correction="profile"`` as docs/doses.md does. Printed per cell and
+parameter: relative bias, relative RMSE and the coverage of the 95 % intervals, with its
+Monte Carlo standard error. Goal: coverage 0.93-0.97 over 200 data sets per cell.
 
 Every finished data set is appended to ``<store>/<cell>.jsonl`` (default under
-``benchmarks/results/count_coverage/``): interrupt and rerun to resume.
+``benchmarks/results/observation_coverage/``): interrupt and rerun to resume.
 
-Run:  python benchmarks/count_coverage.py [--cells logistic_poisson,lv_nb] [--n-datasets 200]
+Run:  python benchmarks/observation_coverage.py [--cells logistic_poisson,pk_doses_prop]
+          [--n-datasets 200] [--known-alpha]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from pymc_wendy._progress import ProgressBar
 HERE = Path(__file__).resolve().parent
 #: cell: (problem, scale of the solution, subsample of 1025 points, generating model)
 CELLS = {
+    "pk_doses_prop": ("pk_oral_doses", 1.0, None, pw.Proportional()),
     "logistic_poisson": ("logistic", 100.0, 4, pw.Poisson()),
     "logistic_nb": ("logistic", 100.0, 4, pw.NegativeBinomial(20.0)),
     "lv_poisson": ("lotka_volterra", 30.0, 4, pw.Poisson()),
@@ -40,16 +44,33 @@ def _truth(problem: str, scale: float, subsample: int):
     catalogue's logistic and Lotka-Volterra models the coefficient of every quadratic term
     scales with ``1 / scale``."""
     prob = pw.get_problem(problem)
+    if subsample is None:  # simulated per data set (pk_doses_prop)
+        return prob, None, None, prob.p_true
     data = prob.simulate(noise_ratio=0.0, subsample=subsample)
     per_param = {"logistic": [1.0, 1.0 / scale], "lotka_volterra": [1, 1 / scale, 1, 1 / scale]}
     return prob, data.t, data.U_true * scale, prob.p_true * np.array(per_param[problem])
 
 
+def _pk_doses_fit(prob, seed: int):
+    """One ``pk_oral_doses`` data set at 10 % proportional error, fitted in C alone."""
+    data = prob.simulate(noise="proportional", noise_ratio=0.1, seed=seed)
+    io = pw.input_output(prob.model, "C")
+    keep = np.isfinite(data.U[:, 1])
+    return pw.fit(
+        io.model, data.t[keep], data.U[keep, 1:], inputs=io.inputs(prob.inputs),
+        initial_state=[0.0, 0.0], bounds=prob.bounds, noise="proportional",
+        bias_correction="profile",
+    )  # fmt: skip
+
+
 def _one(prob, t, U_true, p, generating, fitted, seed: int) -> dict:
-    U = generating.draw(U_true, None, np.random.default_rng(seed))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = pw.fit(prob.model, t, U, noise=fitted)
+        if prob.name == "pk_oral_doses":
+            res = _pk_doses_fit(prob, seed)
+        else:
+            U = generating.draw(U_true, None, np.random.default_rng(seed))
+            res = pw.fit(prob.model, t, U, noise=fitted)
     lo, hi = res.conf_int().T
     return {
         "seed": seed,
@@ -84,9 +105,10 @@ def run_cell(name: str, args) -> None:
     err = (x - p) / np.abs(p)
     cov = np.array([r["covered"] for r in records]).mean(axis=0)
     n = len(records)
+    where = "" if t is None else f", {t.size} points, means {U_true.min():.1f}-{U_true.max():.0f}"
     print(
-        f"{name}: {n} data sets, {t.size} points, means {U_true.min():.1f}-{U_true.max():.0f}, "
-        f"fitted {fitted}; success {sum(r['success'] for r in records)}/{n}"
+        f"{name}: {n} data sets{where}, fitted {fitted}; success "
+        f"{sum(r['success'] for r in records)}/{n}"
     )
     for j, pname in enumerate(prob.model.params):
         print(
@@ -100,7 +122,7 @@ def main() -> None:
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--n-datasets", type=int, default=200)
     parser.add_argument("--known-alpha", action="store_true")
-    parser.add_argument("--store", default=str(HERE / "results" / "count_coverage"))
+    parser.add_argument("--store", default=str(HERE / "results" / "observation_coverage"))
     args = parser.parse_args()
     for name in args.cells.split(","):
         run_cell(name, args)

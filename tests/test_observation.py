@@ -306,3 +306,18 @@ def test_default_posterior_of_oral_pk_from_zero_matches_closed_form_reference(no
         # the goal's bounds; the Monte Carlo error of either mean is about 0.04 sd here
         assert shift < 0.3, (name, shift)
         assert 0.8 < ratio < 1.25, (name, ratio)
+
+
+def test_rms_noise_sd_is_on_the_data_scale():
+    """What the forward checks compare residuals with (pw.fit's and pw.check_weak's chaos
+    guard): for a relative noise level, the entries' RMS sd, which follows the data's unit
+    while sigma does not."""
+    lv, truth = _lv_truth()
+    U = pw.Proportional().draw(truth.U_true, 0.1, np.random.default_rng(7))
+    one = pw.WeakLikelihood(lv.model, truth.t, U, noise="proportional", sigma=0.1)
+    big = pw.WeakLikelihood(lv.model, truth.t, 1000.0 * U, noise="proportional", sigma=0.1)
+    np.testing.assert_allclose(big.rms_noise_sd(), 1000.0 * one.rms_noise_sd(), rtol=1e-10)
+    rms = np.sqrt(np.mean(truth.U_true**2, axis=0))
+    np.testing.assert_allclose(one.rms_noise_sd(), 0.1 * rms, rtol=0.1)
+    normal = pw.WeakLikelihood(lv.model, truth.t, U, sigma=0.3)
+    np.testing.assert_allclose(normal.rms_noise_sd(), [0.3, 0.3])

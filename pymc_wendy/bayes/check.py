@@ -242,6 +242,8 @@ def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]
         lik = term.likelihood
         p, sigma, u0 = forward.term_inputs(out, 0, k)
         sigma = np.broadcast_to(sigma, lik.U.shape).min(axis=0)
+        # per-entry noise (a relative level, counts): the entries' RMS sd, on U's scale
+        sigma = lik.rms_noise_sd(sigma)
         U, S = term.op.solve(p, u0)  # the observed states at the data times
         if not np.all(np.isfinite(U)):
             continue

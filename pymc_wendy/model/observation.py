@@ -64,10 +64,7 @@ class _Numpy:
     sqrt = staticmethod(np.sqrt)
     abs = staticmethod(np.abs)
     gammaln = staticmethod(special.gammaln)
-
-    @staticmethod
-    def maximum(a, b):
-        return np.maximum(a, b)
+    maximum = staticmethod(np.maximum)
 
 
 NUMPY = _Numpy()
@@ -122,7 +119,7 @@ class Observation:
     def variance_terms(self, u: np.ndarray) -> tuple[np.ndarray | float, np.ndarray]:
         """``(offset, features)``: the variance is ``offset + sum_c theta_c features[c]``,
         linear in this model's unknown variance parameters ``theta`` (what a moment estimate
-        regresses on, :func:`~pymc_wendy.weak.noise.estimate_variance`)."""
+        regresses on: :func:`~pymc_wendy.weak.noise.estimate_noise` with ``variance=``)."""
         w = self.weights(u)
         return 0.0, (np.ones_like(u) if w is None else w)[None]
 

@@ -321,3 +321,13 @@ def test_rms_noise_sd_is_on_the_data_scale():
     np.testing.assert_allclose(one.rms_noise_sd(), 0.1 * rms, rtol=0.1)
     normal = pw.WeakLikelihood(lv.model, truth.t, U, sigma=0.3)
     np.testing.assert_allclose(normal.rms_noise_sd(), [0.3, 0.3])
+
+
+@pytest.mark.parametrize("obs", [pw.Poisson(), pw.NegativeBinomial(5.0)], ids=lambda o: o.name)
+def test_count_draws_of_a_failed_solve_are_nan_not_an_error(obs):
+    """A prior predictive draw whose solve failed (NaN) or blew up gave numpy's "lam value
+    too large" from inside PyMC's sampler."""
+    u = np.array([[3.0, np.nan], [1e30, -1e-9]])
+    draws = obs.draw(u, None, np.random.default_rng(0))
+    assert np.isnan(draws[0, 1]) and np.isnan(draws[1, 0])
+    assert draws[1, 1] == 0.0 and draws[0, 0] >= 0.0

@@ -256,8 +256,7 @@ def observation_dist(observation, U, sigma) -> pt.TensorVariable:
         return observation.log_density(value, U, sigma, xp=pt)
 
     def random(U, sigma, rng=None, size=None):
-        U, sigma = np.broadcast_arrays(U, sigma) if size is None else (U, sigma)
-        return observation.draw(np.broadcast_to(U, size or U.shape), sigma, rng)
+        return observation.draw(U if size is None else np.broadcast_to(U, size), sigma, rng)
 
     return pm.CustomDist.dist(U, sigma, logp=logp, random=random, dtype="float64")
 

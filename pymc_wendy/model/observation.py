@@ -278,6 +278,15 @@ class Combined(Observation):
         return np.ones(u.shape[1])
 
 
+def _count_means(u) -> tuple[np.ndarray, np.ndarray]:
+    """Means to draw counts from, and where there are none: a failed solve (NaN) or a
+    solution beyond what a count can be (numpy's generators stop near 1e18) draws NaN, as
+    the forward draws of a failed solve do."""
+    u = np.asarray(u, dtype=float)
+    bad = ~np.isfinite(u) | (u > 1e15)
+    return np.where(bad, 0.0, np.maximum(u, 0.0)), bad
+
+
 @dataclass(frozen=True)
 class Poisson(Observation):
     """Poisson counts whose mean is the solution (variance ``u``); no noise level."""
@@ -297,7 +306,8 @@ class Poisson(Observation):
         return Y * xp.log(mu) - mu - xp.gammaln(Y + 1.0)
 
     def draw(self, u, sigma, rng):
-        return rng.poisson(np.maximum(u, 0.0)).astype(float)
+        mu, bad = _count_means(u)
+        return np.where(bad, np.nan, rng.poisson(mu).astype(float))
 
     def scale_from_ratio(self, noise_ratio, u, noise_scale):
         return np.ones(u.shape[1])
@@ -348,8 +358,10 @@ class NegativeBinomial(Observation):
         )  # fmt: skip
 
     def draw(self, u, sigma, rng):
-        mu = np.maximum(u, 1e-300)
-        return rng.negative_binomial(self.alpha, self.alpha / (self.alpha + mu)).astype(float)
+        mu, bad = _count_means(u)
+        mu = np.maximum(mu, 1e-300)
+        draws = rng.negative_binomial(self.alpha, self.alpha / (self.alpha + mu)).astype(float)
+        return np.where(bad, np.nan, draws)
 
     def scale_from_ratio(self, noise_ratio, u, noise_scale):
         return np.ones(u.shape[1])

@@ -395,12 +395,12 @@ def _forward_noise(noise, method: str) -> str:
 def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None, inputs=None):
     """Validated data, noise level and inputs, for estimators that need no weak
     likelihood."""
-    noise = _forward_noise(noise, "this method")
+    log = as_observation(noise).log_scale  # a name that prepare's _forward_noise passed
     data = as_data(t, U, model.states, time_unit=time_unit)
     t, U = check_data(data.t, data.U, model.n_states)
-    if as_observation(noise).log_scale:
+    if log:
         check_positive_data(t, U, model.states)
-    Z = np.log(U) if as_observation(noise).log_scale else U
+    Z = np.log(U) if log else U
     # inputs given as values are on all the given times, missing rows included
     forcing = as_inputs(model.inputs, inputs, data.t_given)
     if sigma is None:

@@ -123,7 +123,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from pymc_wendy.estimators._bounds import strictly_inside
-from pymc_wendy.estimators._problem import FitProblem, _forward_noise
+from pymc_wendy.estimators._problem import FitProblem
 from pymc_wendy.estimators.identifiability import jacobian_identifiability
 from pymc_wendy.estimators.output_error import fit_initial_state, local_quadratic_start
 from pymc_wendy.estimators.registry import Estimator
@@ -541,7 +541,7 @@ class _Irls:
 # --- the estimator --------------------------------------------------------------------------
 def _setup(model, t, U, noise, sigma, bounds, u0, opts):
     """Validated pieces for :class:`_Irls`: everything checked before the first solve."""
-    noise = _forward_noise(noise, "deq")
+    log = as_observation(noise).log_scale  # prepare's _forward_noise refused the others
     J, D = model.n_params, model.n_states
     mask = _observed_mask(opts["observed"], model)
     K = t.size
@@ -551,7 +551,7 @@ def _setup(model, t, U, noise, sigma, bounds, u0, opts):
             f"deq needs at least 3 time points and more observations ({K} x {int(mask.sum())} "
             f"observed) than unknowns ({P})"
         )
-    Z = np.log(U) if as_observation(noise).log_scale else np.asarray(U, dtype=float)
+    Z = np.log(U) if log else np.asarray(U, dtype=float)
     gamma = np.broadcast_to(np.asarray(sigma, dtype=float), (D,)).copy()
     if not np.all(np.isfinite(gamma[mask])) or np.any(gamma[mask] <= 0):
         raise ValueError(f"sigma (the noise sd, a lower bound on it suffices) must be > 0: {gamma}")
@@ -562,7 +562,7 @@ def _setup(model, t, U, noise, sigma, bounds, u0, opts):
                 "every state is observed"
             )
         x0 = local_quadratic_start(t, Z)
-        x0 = np.exp(x0) if as_observation(noise).log_scale else x0
+        x0 = np.exp(x0) if log else x0
     else:
         x0 = np.asarray(u0, dtype=float)
         if x0.shape != (D,) or not np.all(np.isfinite(x0)):
@@ -734,12 +734,9 @@ def _irls_of(result: FitResult) -> _Irls:
     lo, hi = np.full(J + D, -np.inf), np.full(J + D, np.inf)
     if sv["bounds"] is not None:
         lo[:J], hi[:J] = sv["bounds"]
-    Z = (
-        np.log(result.U)
-        if as_observation(result.noise).log_scale
-        else np.asarray(result.U, dtype=float)
-    )
-    disc = _Discrete(model, t, sv["steps"], sv["scheme"], as_observation(result.noise).log_scale)
+    log = as_observation(result.noise).log_scale
+    Z = np.log(result.U) if log else np.asarray(result.U, dtype=float)
+    disc = _Discrete(model, t, sv["steps"], sv["scheme"], log)
     gamma2 = result.history["gamma"] ** 2
     return _Irls(disc, Z, mask, gamma2, lo, hi, sv["max_iter"], sv["tol"], sv["max_nfev"])
 

@@ -454,9 +454,10 @@ def residual_noise_of_data(
         if u0 is None:
             u0 = fit_initial_state(model, t, X, noise, p, solver, inputs=inputs, n=N)
         U = solve(model, p, u0, t, inputs=inputs or None, **opts)[:, model.observed_columns]
-    if as_observation(noise).log_scale and np.any(U <= 0):
+    log = as_observation(noise).log_scale
+    if log and np.any(U <= 0):
         raise SimulationError(f"{model.name}: the solution at p leaves the positive orthant")
-    Z = np.log(U) if as_observation(noise).log_scale else U
+    Z = np.log(U) if log else U
     sq = (Z - X) ** 2
     if observation is not None and observation.per_entry:
         w = observation.weights(np.abs(Z))

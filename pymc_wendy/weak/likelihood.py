@@ -307,15 +307,14 @@ class WeakLikelihood:
         # 12 neighbours (observation.smoothed_state), fewer on short series, where a
         # quadratic over half the series would flatten a peak (and its weights)
         half_width = int(np.clip(self.t.size // 16, 3, 6))
-        u = smoothed_state(self.t, self.X, self._segments(), half_width=half_width)
+        segs = self._segments()
+        u = smoothed_state(self.t, self.X, segs, half_width=half_width)
         # floored at a small share of each state's size: a weight of 0 would make the
         # entry exact, and a smoothed value can dip below 0 near a zero solution
         rms = np.sqrt(np.mean(self.X**2, axis=0))
         u = np.maximum(u, 1e-3 * np.where(rms > 0, rms, 1.0))
         if not obs.complete:
-            theta = estimate_noise(
-                self.X, segments=self._segments(), variance=obs.variance_terms(u)
-            )
+            theta = estimate_noise(self.X, segments=segs, variance=obs.variance_terms(u))
             obs = obs.with_variance_parameters(theta)
         return obs, obs.weights(u)
 

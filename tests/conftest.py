@@ -15,6 +15,7 @@ import numpy as np
 # (``from sys import stderr``). Imported first inside a test that uses ``capsys``, they keep
 # that test's capture stream, and every later progress bar writes to a closed file.
 import pymc.progress_bar.rich_progress  # noqa: E402, F401
+import pytest
 
 
 def central_differences(
@@ -130,3 +131,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.section("warnings that no test asked for (they fail the run)")
         for line in dict.fromkeys(_UNASKED):
             terminalreporter.line(line.splitlines()[0][:300])
+
+
+# --- which tests must share a pytest-xdist worker -------------------------------------------
+# ``--dist loadgroup`` (pyproject.toml) sends each group of tests to one worker and the groups
+# to whichever worker is free. Tests that share a fixture wider than a function (a sampled
+# posterior, a coverage study) must run in one worker, or each worker computes it again: they
+# are grouped by their module and by the parameters of those fixtures (so the three grids of
+# a parametrized study go to three workers). Every other test is a group of its own. The slow
+# tier is mostly long single tests (notebooks, documentation pages, samplers); grouping them
+# by file, as ``--dist loadfile`` did, left one worker running a file's hour of tests while
+# the other idled (CI of 2026-11-29: 121 % CPU on 2 cores, over 78 min).
+
+
+def _shared_scope_key(item) -> str | None:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    shared = [
+        name
+        for name, defs in info.name2fixturedefs.items()
+        if defs and defs[-1].scope != "function"
+    ]
+    if not shared:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    key = [f"{name}={params[name]!r}" for name in sorted(shared) if name in params]
+    return "::".join([item.module.__name__, *key])
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist appends the group to the node id
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = _shared_scope_key(item) or item.nodeid
+            # pytest-xdist reads the group after the last "@" only if no "]" follows it
+            group = group.translate(str.maketrans("[]@", "()_"))
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -17,10 +17,12 @@ pseudo-code) goes in a ```bash or unlabelled fence, never in a ```python one.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pytest
 
 matplotlib.use("Agg")
@@ -85,20 +87,88 @@ def page_env(tmp_path, monkeypatch):
     plt.close("all")
 
 
-def _run(path: Path, *, include_slow: bool) -> None:
+# --- what a page's results must show ----------------------------------------------------------
+# A check runs right after the block it names (page, index of the ```python block), on the
+# page's namespace and the output printed since the page started. The slow pages run once, in
+# the slow selection, and these checks ride on that run instead of running the blocks again.
+
+
+def _readme_posterior(ns: dict, out: str) -> None:
+    post = ns["idata"].posterior["p"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+    assert ns["pp"].posterior_predictive["U"].shape[-2:] == (257, 2)
+
+
+def _readme_weak_check(ns: dict, out: str) -> None:
+    """pw.sample's result is checked, and corrected where the check says the weak one is off."""
+    idata = ns["idata"]
+    check = idata["weak_check"].attrs
+    assert check["verdict"] in ("agrees", "differs")
+    assert check["verdict"] in out
+    if check["verdict"] == "differs":
+        assert idata.posterior.attrs["corrected"] == 1 and "weak_posterior" in idata.children
+        assert idata.attrs["route"] in ("importance", "nuts")
+
+
+def _readme_tempering(ns: dict, out: str) -> None:
+    # the example's 500 draws on 10 rungs sit at the diagnostics' thresholds (swap acceptance
+    # 0.18-0.32 per pair, R-hat 1.011 in one run): this is what it must show
+    idata = ns["idata"]
+    assert idata.sample_stats.attrs["sampler"] == "pymc_wendy.sample_sft"
+    post = idata.posterior["p"].mean(("chain", "draw")).values
+    np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
+    assert (idata.sample_stats["swap_accept"].values > 0).all()
+
+
+def _forward_page(ns: dict, out: str) -> None:
+    """The correction takes the importance route there (the page says so) and the weak
+    posterior is the wider one."""
+    exact, weak = ns["exact"], ns["weak"]
+    assert exact.attrs["route"] == "importance"
+    assert exact.attrs["pareto_k"] <= exact.attrs["khat_threshold"]
+    sd_ratio = weak.posterior["p"].std(("chain", "draw")) / exact.posterior["p"].std(
+        ("chain", "draw")
+    )
+    assert float(sd_ratio.max()) > 1.1
+
+
+def _theophylline_hierarchical(ns: dict, out: str) -> None:
+    import arviz as az
+
+    post = ns["idata"].posterior
+    assert float(az.rhat(post["mu"].values[..., 1])) < 1.05  # ke: well determined
+    ke = np.exp(post["mu"].values[..., 1]).mean()
+    assert 0.06 < ke < 0.11  # per-subject least squares: 0.054-0.106
+
+
+_CHECKS: dict[tuple[str, int], Callable[[dict, str], None]] = {
+    ("README.md", 2): _readme_posterior,
+    ("README.md", 3): _readme_weak_check,
+    ("README.md", 4): _readme_tempering,
+    ("docs/forward.md", 0): _forward_page,
+    ("docs/theophylline.md", 1): _theophylline_hierarchical,
+}
+
+
+def _run(path: Path, capsys, *, include_slow: bool) -> None:
     namespace: dict = {"__name__": "__main__"}
-    for block in blocks(path):
+    name = path.relative_to(ROOT).as_posix()
+    out = ""
+    for i, block in enumerate(blocks(path)):
         if block.slow is not None and not include_slow:
             continue
         # compiled with the page's line numbers, so a traceback points into the markdown
         code = "\n" * (block.line - 1) + block.code
         exec(compile(code, str(path), "exec"), namespace)  # noqa: S102
+        out += capsys.readouterr().out
+        if (name, i) in _CHECKS:
+            _CHECKS[name, i](namespace, out)
 
 
 @pytest.mark.parametrize("path", FAST)
-def test_page_fast_blocks(path, page_env):
+def test_page_fast_blocks(path, page_env, capsys):
     """The page's unmarked blocks run in order in one namespace."""
-    _run(path, include_slow=False)
+    _run(path, capsys, include_slow=False)
 
 
 @pytest.mark.slow
@@ -110,9 +180,15 @@ def test_page_fast_blocks(path, page_env):
 # and R-hat thresholds of their warnings
 @pytest.mark.filterwarnings("ignore::pymc_wendy.SFTWarning")
 @pytest.mark.parametrize("path", SLOW)
-def test_page_all_blocks(path, page_env):
-    """All the page's blocks, the slow ones included, run in order in one namespace."""
-    _run(path, include_slow=True)
+def test_page_all_blocks(path, page_env, capsys):
+    """All the page's blocks, the slow ones included, run in order in one namespace, and
+    show what :data:`_CHECKS` asks of them."""
+    _run(path, capsys, include_slow=True)
+
+
+def test_checks_name_existing_blocks():
+    for (name, i), check in _CHECKS.items():
+        assert i < len(blocks(ROOT / name)), (name, i, check.__name__)
 
 
 def test_markers_are_well_formed():

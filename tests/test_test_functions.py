@@ -358,6 +358,26 @@ def test_default_K_is_capped_at_200(uniform_tf):
     assert uniform_tf.K == expected_K(s, 200, 1e4, 0.95) == 200
 
 
+def test_gram_route_matches_the_svd():
+    """The automatic K's Gram route (eigendecomposition of Phi_full^T Phi_full) gives the
+    SVD's K, singular values and row space, and dphi stays the exact derivative of phi's
+    rows: both routes combine the same full rows, so ``dphi`` follows ``phi`` up to signs."""
+    t = np.linspace(0.0, T_END, 1025)
+    U = noisy(logistic(t), 0.05, seed=3)
+    auto = build_test_functions(t, U)  # Gram route
+    svd = build_test_functions(t, U, radii=auto.radii, K=auto.K)  # LAPACK's SVD
+    s, ref = auto.singular_values, svd.singular_values
+    kept = slice(0, auto.K)
+    np.testing.assert_allclose(s[kept], ref[kept], rtol=1e-9)
+    assert auto.K == expected_K(ref, 200, 1e4, 0.95)
+    # same rows up to sign: phi_auto = diag(+-1) phi_svd, and dphi follows with the same signs
+    signs = np.sign(np.sum(auto.phi * svd.phi, axis=1))
+    np.testing.assert_allclose(auto.phi, signs[:, None] * svd.phi, atol=1e-8)
+    scale = np.abs(svd.dphi).max()
+    np.testing.assert_allclose(auto.dphi, signs[:, None] * svd.dphi, atol=1e-8 * scale)
+    np.testing.assert_allclose(auto.phi @ auto.phi.T, np.eye(auto.K), atol=1e-12)
+
+
 # --- user overrides --------------------------------------------------------------------------
 
 

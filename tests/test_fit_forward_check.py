@@ -119,6 +119,39 @@ def test_short_series_checks_the_final_estimate():
     assert check["noise_dof"] == res.history["noise"]["dof"]
 
 
+def _long_lotka_volterra(n: int, seed: int = 0):
+    """Lotka-Volterra at the catalogue's time step 5/256 over ``n`` points (issue 58)."""
+    t = np.arange(n) * (5 / 256)
+    return pw.simulate(LV.model, [3, -1, -6, 1], [1, 1], t=t, noise_ratio=0.05, seed=seed)
+
+
+def test_degenerate_test_functions_on_a_long_series_are_caught():
+    """Bumps of radius 12 (8 periods of the solution) see only the data's mean: the weak fit
+    converges to p = 0. Over 6000 points (117 time units) the check runs on the first
+    WINDOW_POINTS, where the solve is reliable, and finds the misfit."""
+    from pymc_wendy.weak.test_functions import build_local_test_functions
+
+    data = _long_lotka_volterra(6000)
+    tf = build_local_test_functions(data.t, data.U, radius=12.0)
+    with pytest.warns(FitWarning, match=r"does not fit the data over t in \[0, 80\]"):
+        res = pw.fit(LV.model, data.t, data.U, test_functions=tf)
+    assert np.all(np.abs(res.x) < 0.1)  # the degenerate estimate
+    assert res.success is False and res.status == "forward_misfit"
+    check = res.history["forward_check"]
+    assert check["window"] == (0.0, data.t[fc.WINDOW_POINTS - 1]) == (0.0, 80.0)
+    assert np.all(check["ratio"] > 5)
+
+
+def test_long_series_default_fit_is_checked_on_a_window():
+    data = _long_lotka_volterra(6000, seed=1)
+    res = pw.fit(LV.model, data.t, data.U)  # a warning would fail the test
+    assert res.success
+    check = res.history["forward_check"]
+    assert check["verdict"] == "passed" and check["window"] == (0.0, 80.0)
+    assert check["time_s"] < 10
+    assert np.all(np.abs(res.x - [3, -1, -6, 1]) < 4 * res.stderr)
+
+
 def test_excess_thresholds():
     # a correct fit's ratio stays below both parts; 1.4 on a long series is significant but
     # not material; 1.6 is both

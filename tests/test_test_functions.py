@@ -378,6 +378,25 @@ def test_gram_route_matches_the_svd():
     np.testing.assert_allclose(auto.phi @ auto.phi.T, np.eye(auto.K), atol=1e-12)
 
 
+def test_long_series_radius_follows_the_dynamics_not_the_span():
+    """Above LONG_SERIES points the corner rule runs on windows of that length (issue 58):
+    about the same radius at 4097 and 40 000 points of one system at one time step (the
+    rule over the whole span chose 13x larger at 10^5 points), and rescaling time rescales
+    it."""
+    from pymc_wendy.weak.test_functions.radius import LONG_SERIES, select_min_radius
+
+    t = np.arange(40_000) * 0.02
+    U = noisy(np.column_stack([np.sin(2 * t), np.cos(3 * t)]), 0.05, seed=4)
+    window = select_min_radius(t[:LONG_SERIES], U[:LONG_SERIES])
+    short, long = window.radius, select_min_radius(t, U).radius
+    step = np.diff(window.candidates)[0]  # 3 points: windows differ by a step or two
+    assert abs(long - short) <= 2 * step + 1e-12
+    assert select_min_radius(10 * t, U).radius == pytest.approx(10 * long, rel=1e-12)
+    # a radius_range keeps the one search over the given range
+    ranged = select_min_radius(t, U, radius_range=(0.05, 400.0))
+    assert ranged.candidates[-1] > 10 * long
+
+
 # --- user overrides --------------------------------------------------------------------------
 
 

@@ -7,7 +7,10 @@ points: ``from conftest import central_differences, relative_error`` (``tests/``
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -120,6 +123,7 @@ def pytest_warning_recorded(warning_message, when, nodeid, location):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    _store_durations(session)
     if hasattr(session.config, "workerinput"):
         return  # a pytest-xdist worker: its warnings are reported to the controller
     if _UNASKED and exitstatus == 0:
@@ -133,7 +137,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.line(line.splitlines()[0][:300])
 
 
-# --- which tests must share a pytest-xdist worker -------------------------------------------
+# --- which tests must share a pytest-xdist worker, and which start first ------------------
 # ``--dist loadgroup`` (pyproject.toml) sends each group of tests to one worker and the groups
 # to whichever worker is free. Tests that share a fixture wider than a function (a sampled
 # posterior, a coverage study) must run in one worker, or each worker computes it again: they
@@ -142,16 +146,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # tier is mostly long single tests (notebooks, documentation pages, samplers); grouping them
 # by file, as ``--dist loadfile`` did, left one worker running a file's hour of tests while
 # the other idled (CI of 2026-11-29: 121 % CPU on 2 cores, over 78 min).
+#
+# The groups are queued longest first (``--no-loadscope-reorder`` keeps this order), by the
+# durations measured in an earlier run (``tests/durations.json``; unknown tests count as 1 s):
+# with two workers, a 15-minute test that starts last ends the run 15 minutes late. Refresh the
+# file with ``PYMC_WENDY_STORE_DURATIONS=1 python -m pytest -m slow`` (and the default tier).
+
+DURATIONS = Path(__file__).with_name("durations.json")
+_MEASURED: dict[str, float] = {}
 
 
 def _shared_scope_key(item) -> str | None:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return None
+    # a direct parametrization argument is a pseudo-fixture of the parametrization's scope:
+    # not shared state (its values would make every test a group of its own)
     shared = [
         name
         for name, defs in info.name2fixturedefs.items()
-        if defs and defs[-1].scope != "function"
+        if defs
+        and defs[-1].scope != "function"
+        and getattr(defs[-1].func, "__name__", "") != "get_direct_param_fixture_func"
     ]
     if not shared:
         return None
@@ -162,9 +178,32 @@ def _shared_scope_key(item) -> str | None:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist appends the group to the node id
 def pytest_collection_modifyitems(config, items):
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    cost: dict[str, float] = {}
+    group_of = {}
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            group = _shared_scope_key(item) or item.nodeid
+        group = item.get_closest_marker("xdist_group")
+        if group is None:
+            name = _shared_scope_key(item) or item.nodeid
             # pytest-xdist reads the group after the last "@" only if no "]" follows it
-            group = group.translate(str.maketrans("[]@", "()_"))
-            item.add_marker(pytest.mark.xdist_group(group))
+            name = name.translate(str.maketrans("[]@", "()_"))
+            item.add_marker(pytest.mark.xdist_group(name))
+        else:
+            name = group.args[0] if group.args else group.kwargs.get("name", "default")
+        group_of[item.nodeid] = name
+        cost[name] = cost.get(name, 0.0) + float(known.get(item.nodeid, 1.0))
+    items.sort(key=lambda item: -cost[group_of[item.nodeid]])  # stable within a group
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYMC_WENDY_STORE_DURATIONS"):
+        nodeid = report.nodeid.split("@")[0]
+        _MEASURED[nodeid] = _MEASURED.get(nodeid, 0.0) + report.duration
+
+
+def _store_durations(session) -> None:
+    if not _MEASURED or hasattr(session.config, "workerinput"):
+        return
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    known.update({k: round(v, 1) for k, v in _MEASURED.items()})
+    DURATIONS.write_text(json.dumps(dict(sorted(known.items())), indent=0) + "\n")

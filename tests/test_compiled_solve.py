@@ -226,6 +226,11 @@ def test_solve_many_on_a_catalogue_problem_equals_individual_solves():
 
 
 def test_pw_solve_blow_up_names_lsoda_and_the_last_output_time():
+    # a model of the same structure built first (another test in this worker, say) shares
+    # the compiled solver: the message must still name the model that was solved
+    twin = pw.ODEModel(lambda t, u, p: [p[0] * u[0] ** 2], states=["u"], params=["a"])
+    with pytest.raises(SimulationError, match="<lambda>"):
+        pw.solve(twin, [2.0], [1.0], np.linspace(0.0, 1.0, 101))
     t = np.linspace(0.0, 1.0, 101)
     with pytest.raises(SimulationError, match=r"quad: the solver \(LSODA\)") as exc:
         pw.solve(QUADRATIC, [2.0], [1.0], t)

@@ -3,7 +3,7 @@
 The study: logistic growth, additive noise at 1, 2, 5, 10, 15 and 20 %, 1025, 513 and 257
 points on [0, 10] (the paper's M = 1024, 512, 256), 100 seeded data sets per setting,
 WENDy-MLE with the inverse-Hessian and the eq. 9 sandwich intervals. One study per grid, each
-on its own worker: about 8, 2 and 1 minutes for 1025, 513 and 257 points (one process).
+on its own worker: about 8, 3 and 1 minutes for 1025, 513 and 257 points (CI machine).
 ``PYMC_WENDY_TABLE5_WORKERS=n`` runs n processes per study; ``PYMC_WENDY_TABLE5_STORE=dir``
 keeps the runs (``dir/<points>-points``; a rerun resumes) and writes each grid's comparison
 table there as ``table5_comparison_<points>.md``. Measured numbers and the investigation of the

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.integrate import ODEintWarning, odeint
@@ -60,7 +60,9 @@ def compiled_solver(model: ODEModel) -> CompiledSolver:
             f"{model.name}: the compiled solver takes first-order models without inputs; "
             "use pymc_wendy.solve for this one"
         )
-    return model.cached(("compiled_solver", "odeint"), _build)
+    solver = model.cached(("compiled_solver", "odeint"), _build)
+    # the cache is shared by every model of the same structure: its messages name this one
+    return solver if solver.model is model else replace(solver, model=model)
 
 
 def _build(model: ODEModel) -> CompiledSolver:

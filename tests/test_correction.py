@@ -206,6 +206,33 @@ def test_hostile_correction_options(drift):
     other["posterior"] = other.posterior.to_dataset().rename({"a": "b"})
     with pytest.raises(ValueError, match="has no variable 'a' of the model"):
         forward_correction(other, model)
+    # no draws, one draw, too many non-finite draws: what is wrong, not numpy's reshape error
+    # or advice about the initial state's prior (issue 54, defect 7)
+    empty = idata.isel(draw=slice(0, 0))
+    with pytest.raises(ValueError, match="idata.posterior has no draws"):
+        forward_correction(empty, model)
+    with pytest.raises(ValueError, match="needs at least 50 with finite values; .* has 1 draws"):
+        forward_correction(idata.isel(chain=[0], draw=[0]), model)
+    broken = idata.copy()
+    post = broken.posterior.to_dataset()
+    post["a"] = post["a"].where(post["draw"] % 2 == 0)  # half the draws NaN
+    broken["posterior"] = post
+    with pytest.raises(ValueError, match="needs at least 50 with finite values; .* 10 of them"):
+        forward_correction(broken.isel(draw=slice(0, 10)), model)
+
+
+def test_correction_leaves_out_a_nan_draw(drift):
+    """One NaN draw among the weak ones is left out; it used to make every proposal fail
+    ("give the initial state a prior", issue 54 defect 7)."""
+    model, idata, mean, cov = drift
+    broken = idata.copy()
+    post = broken.posterior.to_dataset()
+    post["a"] = post["a"].where((post["chain"] != 0) | (post["draw"] != 3))
+    broken["posterior"] = post
+    result = forward_correction(broken, model, random_seed=1, progressbar=False)
+    draws = np.asarray(result.posterior["a"]).ravel()
+    assert np.all(np.isfinite(draws))
+    assert abs(draws.mean() - mean[0]) < 0.2 * np.sqrt(cov[0, 0])
 
 
 @pytest.mark.slow

@@ -38,6 +38,7 @@ import pymc as pm
 import xarray as xr
 
 from pymc_wendy.bayes.correction import (
+    MIN_DRAWS,
     _fit_laplace,
     _Forward,
     _Gradient,
@@ -71,8 +72,6 @@ SHIFT_THRESHOLD = 0.3
 #: narrower interval is a different answer; the ratio's Monte Carlo error on 200 moved draws
 #: is about 0.07)
 SD_RATIO_RANGE = (0.8, 1.25)
-#: fewest draws the check weighs: Pareto smoothing fits the largest 20 % of the weights
-MIN_DRAWS = 50
 
 
 class WeakPosteriorWarning(UserWarning):

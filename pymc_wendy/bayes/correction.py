@@ -72,6 +72,9 @@ _CANDIDATES = {
 }
 # draws at which a sampler's stored log-density is checked against the model's
 _CHECKED_DRAWS = 5
+#: fewest finite weak draws the check weighs and the correction moves: Pareto smoothing fits
+#: the largest 20 % of the weights
+MIN_DRAWS = 50
 # prior draws of a new initial state tried as starts of the Laplace fit
 _INITIAL_STATE_DRAWS = 20
 # effective proposal draws per dimension for their weighted covariance to be NUTS's mass
@@ -279,6 +282,8 @@ def require_posterior(idata) -> None:
 def _posterior_values(idata, model: pm.Model) -> dict[str, np.ndarray]:
     """Every free variable of ``model`` from ``idata``, flattened to (S, ...)."""
     post = idata.posterior
+    if post.sizes.get("chain", 0) * post.sizes.get("draw", 0) == 0:
+        raise ValueError("idata.posterior has no draws")
     out = {}
     for rv in model.free_RVs:
         if rv.name not in post:
@@ -552,7 +557,17 @@ def _reweight(
     (module doc)."""
     weak = _Space(model, [t.name for t in terms])
     Zw = weak.from_constrained(_posterior_values(idata, model))
-    log_qw = _weak_logp(idata, model, Zw)
+    # a draw with NaN would make the Laplace fit's starting moments NaN, and then every
+    # proposal fails: such draws are left out, and too few left is an error naming them
+    finite = np.flatnonzero(np.all(np.isfinite(Zw), axis=1))
+    if finite.size < MIN_DRAWS:
+        raise ValueError(
+            f"forward_correction moves the weak posterior's draws and needs at least "
+            f"{MIN_DRAWS} with finite values; idata.posterior has {Zw.shape[0]} draws, "
+            f"{finite.size} of them finite"
+        )
+    log_qw = _weak_logp(idata, model, Zw, finite)
+    Zw = Zw[finite]
     forward = _Forward(fmodel, terms)
     where = forward.space.where
     shared = np.concatenate([where[rv.name] for rv in weak.rvs])
@@ -779,6 +794,8 @@ def _resampled(weighted: dict, idata, rng) -> xr.DataTree:
     every = forward.constrained(Z) | forward.deterministics(Z)
     post = {n: v[idx][None] for n, v in every.items()}
     chains = idata.posterior.sizes["chain"]
+    if Z.shape[0] % chains:  # non-finite weak draws were left out: one chain
+        chains = 1
     proposal = {n: v.reshape(chains, -1, *v.shape[1:]) for n, v in every.items()}
     proposal["log_weight"] = weighted["log_weight"].reshape(chains, -1)
     model = forward.model

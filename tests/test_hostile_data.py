@@ -46,6 +46,20 @@ def test_datetime_index_is_a_time_axis(ref):
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)
 
 
+def test_period_index_counts_from_each_period_start():
+    """A DataFrame indexed by periods (issue 54, defect 8): each period at its start, not all
+    at one instant ("t[0] = 0 >= t[1] = 0")."""
+    days = pd.period_range("2020-01-01", periods=DATA.t.size, freq="D")
+    frame = pd.DataFrame(DATA.U, index=days, columns=P.model.states)
+    res = pw.fit(P.model, U=frame)
+    daily = pw.fit(P.model, np.arange(DATA.t.size, dtype=float), DATA.U)
+    np.testing.assert_allclose(res.x, daily.x, rtol=1e-9)
+    hours = pd.period_range("2020-01-01", periods=5, freq="h")
+    t, _, unit = pw.model.data.as_times(list(hours), time_unit="h")
+    np.testing.assert_allclose(t, np.arange(5.0))
+    assert unit == "h"
+
+
 def test_timedelta_axis_defaults_to_seconds(ref):
     res = pw.fit(P.model, pd.to_timedelta(DATA.t, unit="s"), DATA.U)
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)

@@ -99,7 +99,8 @@ def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str
     Parameters
     ----------
     t : array_like
-        Numbers, ``datetime64`` / ``timedelta64`` values, or a pandas index or series of them.
+        Numbers, ``datetime64`` / ``timedelta64`` values, or a pandas index or series of them
+        (periods count from their start).
     time_unit : str, optional
         Unit of the returned times for datetime or duration axes: a ``numpy.timedelta64``
         unit (``"s"``, ``"m"``, ``"h"``, ``"D"``, ``"W"``, ...) or a pandas alias (``"min"``).
@@ -116,7 +117,14 @@ def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str
     arr = np.asarray(t)
     kind = arr.dtype.kind
     if kind not in "mM":
-        if arr.dtype == object and arr.size and hasattr(arr.flat[0], "year"):
+        if arr.dtype == object and arr.size and hasattr(arr.flat[0], "to_timestamp"):
+            # pandas Periods (a PeriodIndex's values): each at its start. Cast directly to
+            # datetime64 they all became the same instant (issue 54, defect 8)
+            import pandas as pd
+
+            arr = pd.PeriodIndex(arr.ravel()).to_timestamp().to_numpy().reshape(arr.shape)
+            kind = "M"
+        elif arr.dtype == object and arr.size and hasattr(arr.flat[0], "year"):
             arr = arr.astype("datetime64[ns]")  # datetime.datetime / pandas Timestamp objects
             kind = "M"
         else:

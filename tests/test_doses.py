@@ -40,6 +40,32 @@ def _tf(t, **kw):
 
 
 # --- Doses ---------------------------------------------------------------------------------
+def test_dose_times_as_datetimes_or_durations_are_counted_like_the_data():
+    """Issue 54, defect 3: datetimes became nanoseconds since 1970 (every dose outside the
+    data); Timestamps a TypeError. Now counted from the data's first time, in its unit."""
+    pd = pytest.importorskip("pandas")
+    start = pd.Timestamp("2020-01-01")
+    when = pd.to_datetime(["2020-01-01 06:00", "2020-01-02 18:00"])
+    numeric = pw.Doses([6.0, 42.0], [100, 50], durations=[0.0, 0.5])
+    for times in (when, list(when), when.to_numpy()):
+        d = pw.Doses(times, [100, 50], durations=[0.0, 0.5], origin=start, time_unit="h")
+        np.testing.assert_allclose(d.bolus_times, numeric.bolus_times, rtol=1e-12)
+        np.testing.assert_allclose(d.infusions, numeric.infusions, rtol=1e-12)
+    # durations as timedeltas too, on a duration axis (seconds by default)
+    d = pw.Doses(
+        pd.to_timedelta([0, 3600], unit="s"), [1, 2],
+        durations=pd.to_timedelta([0, 600], unit="s"), origin=pd.Timedelta(0),
+    )  # fmt: skip
+    np.testing.assert_allclose(d.infusions[0], [3600.0])
+    np.testing.assert_allclose(d.infusions[1], [4200.0])
+    with pytest.raises(ValueError, match="give origin=, the data's first time"):
+        pw.Doses(when, [1, 1])
+    with pytest.raises(ValueError, match="these are numbers"):
+        pw.Doses([1.0], [1.0], origin=0.0)
+    with pytest.raises(ValueError, match="durations are timedeltas but the dose times are"):
+        pw.Doses([1.0], [1.0], durations=pd.Timedelta(1, "s"))
+
+
 def test_bolus_integral_is_the_test_function_at_the_dose():
     t = np.linspace(0.0, 24.0, 97)
     tf = _tf(t)

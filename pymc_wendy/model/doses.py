@@ -52,6 +52,52 @@ def _as_column(values, n: int, name: str) -> np.ndarray:
     return a
 
 
+def _is_time_like(values) -> bool:
+    """Whether ``values`` are datetimes or durations (numpy's, pandas', Python's)."""
+    arr = np.asarray(values.to_numpy() if hasattr(values, "to_numpy") else values)
+    if arr.dtype.kind in "mM":
+        return True
+    first = arr.flat[0] if arr.dtype == object and arr.size else None
+    return first is not None and any(
+        hasattr(first, a) for a in ("year", "to_timestamp", "total_seconds")
+    )
+
+
+def _numeric_times(times, durations, origin, time_unit) -> tuple[np.ndarray, np.ndarray]:
+    """Dose times and durations as numbers on the data's time axis (module doc of
+    :mod:`pymc_wendy.model.data`): datetimes and durations counted from ``origin`` in
+    ``time_unit``. As floats, datetimes became nanoseconds since 1970 and every dose fell
+    outside the data (issue 54, defect 3)."""
+    from pymc_wendy.model.data import as_times
+
+    if not _is_time_like(times):
+        if origin is not None or time_unit is not None:
+            raise ValueError(
+                "origin and time_unit apply to dose times given as datetimes or durations; "
+                "these are numbers, on the data's time axis already"
+            )
+        if _is_time_like(np.atleast_1d(durations)):
+            raise ValueError(
+                "dose durations are timedeltas but the dose times are numbers: give the "
+                "durations as numbers in the data's time unit"
+            )
+        return np.asarray(times, dtype=float), durations
+    if origin is None:
+        raise ValueError(
+            "dose times are datetimes or durations: give origin=, the data's first time (for "
+            "example df.index[0]), so that they are counted as the data's times are (and "
+            "time_unit= if the data's unit is not the default)"
+        )
+    import pandas as pd  # infers the kind of a mixed list (Timestamps, Timedeltas, Periods)
+
+    flat = np.asarray(times.to_numpy() if hasattr(times, "to_numpy") else times, dtype=object)
+    t, _, unit = as_times(pd.Index([origin, *flat.ravel()]), time_unit)
+    if _is_time_like(np.atleast_1d(durations)):
+        d = pd.to_timedelta(np.atleast_1d(np.asarray(durations, dtype=object)).ravel())
+        durations = as_times(pd.Index([pd.Timedelta(0), *d]), unit)[0][1:]
+    return np.asarray(t[1:], dtype=float).reshape(flat.shape), durations
+
+
 class Doses(Input):
     """Doses at known times, an input of a model: boluses and infusions.
 
@@ -67,6 +113,15 @@ class Doses(Input):
         rate ``amount / duration`` from ``time`` to ``time + duration``.
     name : str, optional
         A label for messages.
+    origin : datetime or duration, optional
+        For dose times given as datetimes or durations (``datetime64``, ``timedelta64``,
+        pandas ``Timestamp`` / ``Timedelta`` / ``Period`` or an index of them): the data's
+        first time (``df.index[0]``, say), from which the data's times are counted too.
+        Required for such times, refused for numbers.
+    time_unit : str, optional
+        With ``origin``: the data's time unit, when it is not the default (days for
+        datetimes, seconds for durations; :func:`pymc_wendy.fit`'s ``time_unit``).
+        Durations given as timedeltas are converted to it too.
 
     Notes
     -----
@@ -86,8 +141,17 @@ class Doses(Input):
     500.0
     """
 
-    def __init__(self, times, amounts, *, durations=0.0, name: str | None = None):
-        times = np.asarray(times, dtype=float)
+    def __init__(
+        self,
+        times,
+        amounts,
+        *,
+        durations=0.0,
+        name: str | None = None,
+        origin=None,
+        time_unit: str | None = None,
+    ):
+        times, durations = _numeric_times(times, durations, origin, time_unit)
         if times.ndim > 1:
             raise ValueError(f"dose times must be one-dimensional; got shape {times.shape}")
         times = times.ravel()

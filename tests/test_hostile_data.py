@@ -60,6 +60,17 @@ def test_period_index_counts_from_each_period_start():
     assert unit == "h"
 
 
+def test_a_column_too_many_is_named_before_missing_entries():
+    """A 1-state model given 2 columns, one of them all NaN (the hidden state of the model
+    an input-output equation came from): the column count, not "every time point has a
+    missing entry" (issue 54, defect 6)."""
+    logistic = pw.get_problem("logistic")
+    d = logistic.simulate(n_points=65, noise_ratio=0.05, seed=0)
+    U = np.column_stack([np.full(d.t.size, np.nan), d.U[:, 0]])
+    with pytest.raises(ValueError, match="U has 2 columns but the model has 1 states"):
+        pw.fit(logistic.model, d.t, U)
+
+
 def test_timedelta_axis_defaults_to_seconds(ref):
     res = pw.fit(P.model, pd.to_timedelta(DATA.t, unit="s"), DATA.U)
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-9)

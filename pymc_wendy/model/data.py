@@ -289,8 +289,9 @@ def as_data(
         raise ValueError(f"U must be numbers; could not read it as floats ({exc})") from exc
     if U.ndim == 1 and len(states) == 1:
         U = U[:, None]
-    if U.ndim != 2 or t.ndim != 1 or U.shape[0] != t.shape[0]:
-        # check_data names the shape problem
+    if U.ndim != 2 or t.ndim != 1 or U.shape[0] != t.shape[0] or U.shape[1] != len(states):
+        # check_data names the shape problem (before the missing entries: a NaN column of
+        # a state the model does not have is a column too many, issue 54 defect 6)
         return ObservedData(t, U, np.ones(np.shape(t)[:1], dtype=bool), t, origin, unit)
     t_given = t
     missing = np.isnan(U).any(axis=1)

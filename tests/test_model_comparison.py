@@ -189,6 +189,11 @@ def test_compare_refuses_what_does_not_compare(growth):
         pw.compare({"a": ok, "b": joint})
     with pytest.raises(ValueError, match="no log_likelihood group"):
         pw.compare({"a": ok, "b": fits["gompertz"][1].copy()})
+    # a result without a posterior: said, not xarray's KeyError (issue 54, defect 11)
+    with pytest.raises(TypeError, match="a DataTree with a posterior group"):
+        pw.compute_log_likelihood(idata.posterior.to_dataset(), model)
+    with pytest.raises(TypeError, match="a DataTree with a posterior group"):
+        pw.compute_log_likelihood(xr.DataTree(), model)
     # the same model on other test functions: a density of another vector
     with pm.Model(coords={"param": ["a", "b"]}) as other:
         p = pm.Normal("p", 0, 10, dims="param")

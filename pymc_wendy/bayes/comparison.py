@@ -26,6 +26,7 @@ import xarray as xr
 from pymc.model.transform.conditioning import remove_value_transforms
 
 from pymc_wendy._progress import ProgressBar
+from pymc_wendy.bayes.correction import require_posterior
 from pymc_wendy.bayes.distribution import WeakODERV
 from pymc_wendy.model.observation import as_observation
 
@@ -86,6 +87,8 @@ def compute_log_likelihood(
 
     Raises
     ------
+    TypeError
+        ``idata`` is not a sampler's result (a DataTree with a posterior).
     ValueError
         An unknown variable name, or a bias-corrected term (its objective is not a density).
 
@@ -95,6 +98,7 @@ def compute_log_likelihood(
     square: 12 ms at ``K D = 400`` (FitzHugh-Nagumo, 513 points), about three likelihood
     values; local test functions use the band of ``S^-1``.
     """
+    require_posterior(idata)  # xarray's KeyError otherwise (issue 54, defect 11)
     model = pm.modelcontext(model)
     weak, other = _weak_terms(model, var_names)
     out = xr.Dataset()

@@ -102,6 +102,8 @@ def demo(
     from pymc_wendy.bayes.sampling import initial_values, sample
     from pymc_wendy.problems.catalogue import get_problem
 
+    if output:
+        _check_writable(output)  # before a minute of sampling, not after it
     prob = get_problem(problem)
     data = prob.simulate(n_points=n_points, noise_ratio=noise_ratio, seed=seed)
     ode = prob.model
@@ -209,6 +211,18 @@ def _print_summary(idata, p_true, p_map, stats_only: bool = False) -> None:
         print(summary.to_string())
     covered = int((summary["in 95%"] == "yes").sum())
     print(f"{covered}/{len(summary)} true values inside their 95 % credible intervals")
+
+
+def _check_writable(output: str) -> None:
+    """A ``ValueError`` naming ``output`` when its folder does not exist or cannot be
+    written (issue 54, defect 11: the demo failed after sampling)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--output {output}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (
+        os.path.exists(output) and not os.access(output, os.W_OK)
+    ):
+        raise ValueError(f"--output {output}: cannot write there")
 
 
 def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:

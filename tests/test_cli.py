@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -244,6 +245,29 @@ def test_demo_errors_are_one_line_too(monkeypatch, capsys):
     monkeypatch.setattr(cli, "demo", fails)
     assert main(["demo"]) == 1
     assert capsys.readouterr().err == "pymc-wendy demo: error: n_points must be at least 9; got 3\n"
+
+
+def test_demo_output_that_cannot_be_written_fails_before_sampling(tmp_path, capsys, monkeypatch):
+    """Issue 54, defect 11: the error came after a minute of sampling."""
+    from pymc_wendy.problems import catalogue
+
+    def no_simulation(*args, **kwargs):  # reached only if the output was not checked first
+        raise AssertionError("the demo simulated data before checking --output")
+
+    monkeypatch.setattr(catalogue.Problem, "simulate", no_simulation)
+    missing = tmp_path / "no" / "such" / "folder" / "demo.png"
+    assert main(["demo", "--output", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and str(missing) in err
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if not os.access(locked, os.W_OK):  # root ignores the mode: nothing to refuse then
+            assert main(["demo", "--output", str(locked / "demo.png")]) == 1
+            assert "cannot write there" in capsys.readouterr().err
+    finally:
+        locked.chmod(0o700)
 
 
 def test_a_bug_keeps_its_traceback(monkeypatch):

@@ -115,6 +115,19 @@ def test_bad_unit_fits_are_refused(kwargs, match):
             pw.hierarchical_normal("theta", mu, tau, **kwargs)
 
 
+def test_a_mu_of_the_wrong_shape_is_named():
+    """Issue 54, defect 11: pytensor's "Incompatible Elemwise input shapes" before."""
+    fits = {"estimate": [[1.0, 2.0]] * 3, "stderr": [[0.1, 0.1]] * 3}  # 3 units, 2 parameters
+    with pm.Model():
+        mu = pm.Normal("mu", shape=3)  # one per unit: not what broadcasts over the last axis
+        with pytest.raises(ValueError, match=r"mu has shape \(3,\), which does not broadcast"):
+            pw.hierarchical_normal("theta", mu, 1.0, **fits)
+        with pytest.raises(ValueError, match="sigma has shape"):
+            pw.hierarchical_normal("theta", 0.0, np.ones(4), **fits)
+        ok = pw.hierarchical_normal("theta", pm.Normal("m2", shape=2), 1.0, **fits)
+        assert ok.eval().shape == (3, 2)
+
+
 @pytest.mark.parametrize("sigma", [0.0, -1.0, np.nan])
 def test_a_constant_sigma_must_be_positive(sigma):
     with pm.Model(), pytest.raises(ValueError, match="sigma must be > 0"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
 from numpy.typing import ArrayLike
 
 __all__ = ["hierarchical_normal"]
@@ -95,11 +96,29 @@ def hierarchical_normal(
         raise ValueError(f"{name}: estimate has shape {e.shape}, but shape={shape}")
     elif dims is not None:
         _check_dims(name, e.shape, (dims,) if isinstance(dims, str) else tuple(dims))
+    for what, value in (("mu", mu), ("sigma", sigma)):
+        _check_broadcast(name, what, value, e.shape)
     precision = 1.0 / s**2 + 1.0 / sigma**2
     b = 1.0 / pm.math.sqrt(precision)
     a = (e / s**2 + mu / sigma**2) / precision
     z = pm.Normal(f"{name}_z", (mu - a) / b, sigma / b, dims=dims, shape=shape)
     return pm.Deterministic(name, a + b * z, dims=dims)
+
+
+def _check_broadcast(name: str, what: str, value, shape: tuple) -> None:
+    """A ``ValueError`` when ``value``'s static shape cannot broadcast to the units' ``shape``
+    (pytensor's "Incompatible Elemwise input shapes" otherwise, at the first evaluation:
+    issue 54, defect 11)."""
+    have = tuple(pt.as_tensor_variable(value).type.shape)
+    fits = len(have) <= len(shape) and all(
+        n is None or n == 1 or n == m for n, m in zip(have[::-1], shape[::-1], strict=False)
+    )
+    if not fits:
+        raise ValueError(
+            f"{name}: {what} has shape {tuple('?' if n is None else n for n in have)}, which "
+            f"does not broadcast to the units' shape {shape} (estimate's): one value, or one "
+            "per parameter (the last axis)"
+        )
 
 
 def _unit_fits(name: str, estimate, stderr) -> tuple[np.ndarray, np.ndarray]:

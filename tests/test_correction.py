@@ -334,3 +334,19 @@ def test_variance_k_flags_a_proposal_too_narrow_for_the_variance():
     assert np.mean([r["k"] <= r["threshold"] for r in narrow]) >= 0.6
     assert np.mean([_trusted(r) for r in narrow]) <= 0.4
     assert all(_trusted(run(1.2, seed)) for seed in range(40))
+
+
+def test_weights_hundreds_of_log_units_apart_are_untrusted_not_nan():
+    """One draw 700-760 log units above the other tail draws: ArviZ's Pareto fit underflows
+    (its first quartile subnormal) and returns NaN weights with k about 0.05, which
+    crashed the warm start of NUTS (CI, docs/experiments.md). The weights are the raw
+    ones, finite, dominated by that draw, and k is infinite."""
+    from pymc_wendy.bayes.correction import _smoothed, _trusted
+
+    rng = np.random.default_rng(0)
+    log_w = np.concatenate([rng.normal(size=905) - 800, [0.0], -rng.uniform(700, 760, 94)])
+    weighted = _smoothed(log_w, rng.normal(size=(log_w.size, 2)))
+    assert np.isfinite(weighted["log_weight"]).all()
+    assert np.exp(weighted["log_weight"]).max() > 0.99
+    assert weighted["k"] == np.inf and not _trusted(weighted)
+    assert weighted["ess"] < 1.01

@@ -769,8 +769,16 @@ def _psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
     """ArviZ's Pareto smoothing of raw log-weights: normalised smoothed log-weights and k."""
     # psislw takes what PSIS-LOO gives it, a log-likelihood, and weights by its negative
     neg = np.where(np.isfinite(log_w), -log_w, np.inf)[None]
-    smooth, k = xr.DataArray(neg, dims=("chain", "draw")).azstats.psislw(dim=["chain", "draw"])
+    with np.errstate(all="ignore"):
+        smooth, k = xr.DataArray(neg, dims=("chain", "draw")).azstats.psislw(dim=["chain", "draw"])
     lw = np.asarray(smooth).reshape(-1)
+    if np.isnan(lw).any() or np.isnan(k):
+        # tail weights hundreds of log units apart underflow in ArviZ's Pareto fit (its
+        # first quartile subnormal), which returns NaN weights with a small k: the raw
+        # weights, dominated by a few draws, and an infinite k say what they are
+        finite = np.isfinite(log_w)
+        lw = np.where(finite, log_w - np.max(log_w, where=finite, initial=-np.inf), -np.inf)
+        k = np.inf
     return lw - np.logaddexp.reduce(lw), float(k)
 
 

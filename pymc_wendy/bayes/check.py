@@ -50,7 +50,7 @@ from pymc_wendy.bayes.correction import (
     _weak_logp,
     require_posterior,
 )
-from pymc_wendy.bayes.forward import SOLVER_OPTIONS, forward_model
+from pymc_wendy.bayes.forward import SOLVER_OPTIONS, NoForwardSolve, forward_model
 from pymc_wendy.model.chaos import CHAOS_NOISE_SHARE, solver_error_share
 
 __all__ = [
@@ -132,7 +132,7 @@ def check_weak(
     model = pm.modelcontext(model)
     try:
         fmodel, terms = forward_model(model, initial_state=initial_state)
-    except ValueError as exc:
+    except NoForwardSolve as exc:
         return _finish(model, "skipped", f"no forward solve: {exc}", start, warn=False)
     weak = _Space(model, [t.name for t in terms])
     values = _posterior_values(idata, model)

@@ -38,10 +38,17 @@ from pytensor.graph.op import Op
 from pymc_wendy.bayes.distribution import WeakODERV
 from pymc_wendy.estimators.output_error import polynomial_start
 from pymc_wendy.model.compiled_solve import SolveFailed
+from pymc_wendy.model.input_output import DerivativeInput
 from pymc_wendy.model.sensitivities import ForwardSolver
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
-__all__ = ["ForwardSolution", "ForwardTerm", "forward_model"]
+__all__ = ["ForwardSolution", "ForwardTerm", "NoForwardSolve", "forward_model"]
+
+
+class NoForwardSolve(ValueError):
+    """A model (or term) the exact stage cannot solve forward, said before any solve: the
+    weak-versus-exact check is then skipped with this message as its note."""
+
 
 # Solver tolerances of the forward likelihood: far below any noise level a posterior sees,
 # loose enough for a solve per gradient.
@@ -66,9 +73,22 @@ class ForwardSolution(Op):
         t = likelihood.t
         self.skip = int(t0 is not None and t0 < t[0])
         self.times = np.concatenate([[t0], t]) if self.skip else np.asarray(t, float)
-        model = likelihood.base_model
-        self.solver = ForwardSolver(model, self.times, likelihood.inputs, **SOLVER_OPTIONS)
+        model, inputs = likelihood.base_model, likelihood.inputs
         self.columns = model.observed_columns
+        if model.latent is not None and _at_rest(likelihood):
+            # an input-output equation at rest is the latent model at rest, whose solve
+            # needs no values of the equation's derivative inputs (doses' derivatives);
+            # both have D initial values, so the Op's signature does not change
+            model, j = model.latent
+            inputs = {k: v for k, v in inputs.items() if k in model.inputs}
+            self.columns = np.array([j])
+        elif any(isinstance(w, DerivativeInput) for w in inputs.values()):
+            raise NoForwardSolve(
+                f"{model.name} is an input-output equation with derivatives of its inputs; "
+                "its exact stage solves the latent model, from rest only (a known "
+                "initial_state of zeros)"
+            )
+        self.solver = ForwardSolver(model, self.times, inputs, **SOLVER_OPTIONS)
 
     def make_node(self, p, u0):
         p = pt.as_tensor_variable(p).astype("float64")
@@ -114,6 +134,11 @@ class ForwardSolution(Op):
         g = pt.tensordot(g_U, S, axes=[[0, 1], [0, 1]])
         J = self.likelihood.base_model.n_params
         return [g[:J], g[J:]]
+
+
+def _at_rest(likelihood: WeakLikelihood) -> bool:
+    known = likelihood.initial_state
+    return known is not None and not np.any(known.u0)
 
 
 @dataclass(frozen=True)
@@ -204,7 +229,7 @@ def forward_model(
             fgraph.add_output(u0_out, import_missing=True)
         terms.append(term)
     if not terms:
-        raise ValueError("the model has no WeakODELikelihood term to replace")
+        raise NoForwardSolve("the model has no WeakODELikelihood term to replace")
     return model_from_fgraph(fgraph, mutate_fgraph=True), terms
 
 
@@ -225,16 +250,14 @@ def _replace_term(node, initial_state):
     u0_name, new_u0, u0_out = None, False, None
     if weak_op.free_initial:
         if n0 != model.n_states:
-            raise ValueError(
+            raise NoForwardSolve(
                 f"{name}: an initial-state variable of a model of order {max(model.orders)} "
                 "has no forward solve yet (its derivatives at t0 would be needed too)"
             )
         u0_name = u0.name
     elif known is not None:
-        # a higher-order model's known state is at rest (WeakLikelihood): derivatives 0
-        companion = np.zeros(n0)
-        companion[model.observed_columns] = known.u0
-        u0 = pt.constant(companion, dtype="float64")
+        # a known state is given in the companion layout (the state and its derivatives)
+        u0 = pt.constant(known.u0, dtype="float64")
     else:
         u0_name, new_u0 = f"{name}_u0", True
         # the state dim of the term's (time, state) dims, if it has them

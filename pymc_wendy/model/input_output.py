@@ -207,8 +207,10 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
                 derivative_inputs[src if k == 0 else f"{src}_d{k}"] = (src, k)
                 terms.append((len(derivative_inputs) - 1, sp.simplify(c)))
     coeffs = [sp.simplify(c) for c in char.all_coeffs()[::-1][:-1]]  # c_0 .. c_{D-1}
+    equation = _equation(model, name, coeffs, terms, list(derivative_inputs))
+    equation.latent = (model, j)
     return InputOutput(
-        model=_equation(model, name, coeffs, terms, list(derivative_inputs)),
+        model=equation,
         latent=model,
         observed=name,
         characteristic=model.named(char.as_expr()),

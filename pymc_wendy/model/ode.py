@@ -277,6 +277,9 @@ class ODEModel:
         self.name = name or getattr(rhs, "__name__", "ode")
         self.rhs = rhs
         self.transform: str | None = None
+        # an input-output equation (pw.input_output): the model it came from and the index of
+        # the observed state in it, for forward solves (its derivative inputs have no values)
+        self.latent: tuple[ODEModel, int] | None = None
         t, u, p = self._symbols()
         exprs = self._trace(rhs, t, self._companion_symbols(), p, self._input_symbols())
         self._set_expressions(exprs)

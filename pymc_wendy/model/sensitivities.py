@@ -4,8 +4,10 @@
 derivatives in the parameters and the initial state, ``dU/d(p, u0)``, from the forward
 sensitivity system ``dS/dt = f_u S + [f_p, 0]`` integrated with the state. First-order
 models without inputs take the compiled path (:mod:`~pymc_wendy.model.compiled_solve`: LSODA
-stepping numba right-hand sides, microseconds per evaluation); models with inputs, doses or
-derivative terms take the companion system stepped by ``solve_ivp``
+stepping numba right-hand sides, microseconds per evaluation), and so do first-order models
+whose inputs are doses or held values, stretch by stretch between the inputs' breakpoints
+(:mod:`~pymc_wendy.model.piecewise_solve`); other inputs and derivative terms take the
+companion system stepped by ``solve_ivp``
 (:func:`operator_sensitivity_rhs`, :func:`~pymc_wendy.model.simulate.integrate`), which
 restarts at the inputs' breakpoints and applies each bolus dose as a jump of the state and
 of its sensitivities. Both raise
@@ -21,6 +23,7 @@ import numpy as np
 
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, supports
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.piecewise_solve import PiecewiseSolver, supports_piecewise
 from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
 
 __all__ = ["ForwardSolver", "operator_sensitivity_rhs"]
@@ -82,7 +85,9 @@ class ForwardSolver:
         Length of the initial state: the companion states (a state of order ``q`` and its
         first ``q - 1`` derivatives, :attr:`~pymc_wendy.ODEModel.companion_states`).
     compiled : bool
-        Whether the compiled (LSODA on numba) path is used.
+        Whether the compiled (LSODA on numba) path is used: first-order models without
+        inputs, or whose inputs are doses or held values
+        (:class:`~pymc_wendy.model.piecewise_solve.PiecewiseSolver`).
     """
 
     def __init__(
@@ -100,12 +105,19 @@ class ForwardSolver:
         self.inputs = dict(inputs or {})
         self.options = {"rtol": rtol, "atol": atol, "max_steps": max_steps}
         self.n_initial = len(model.companion_states)
-        self.compiled = supports(model) and not self.inputs
-        self._solver = compiled_solver(model) if self.compiled else None
+        if supports(model) and not self.inputs:
+            self._solver = compiled_solver(model)
+        elif supports_piecewise(model, self.inputs):
+            self._solver = PiecewiseSolver(model, self.times, self.inputs)
+        else:
+            self._solver = None
+        self.compiled = self._solver is not None
 
     def solve(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
         """The companion state at the output times, ``(n, n_initial)``; raises
         :class:`SolveFailed`."""
+        if isinstance(self._solver, PiecewiseSolver):
+            return self._solver.solve(p, u0, **self.options)
         if self.compiled:
             return self._solver.solve(p, u0, self.times, **self.options)
         try:  # pw.solve's own path: restarts at breakpoints, bolus jumps
@@ -120,6 +132,8 @@ class ForwardSolver:
         """``(U, S)``: the companion state ``(n, n_initial)`` and its derivatives in
         ``(p, u0)``, ``S[m, i, k] = dU[m, i]/dtheta_k``, ``(n, n_initial, J + n_initial)``;
         raises :class:`SolveFailed`."""
+        if isinstance(self._solver, PiecewiseSolver):
+            return self._solver.sensitivities(p, u0, **self.options)
         if self.compiled:
             return self._solver.sensitivities(p, u0, self.times, **self.options)
         n, P = self.n_initial, self.model.n_params + self.n_initial

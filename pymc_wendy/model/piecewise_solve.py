@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pymc_wendy.model.compiled_solve import compiled_solver, supports
+from pymc_wendy.model.compiled_solve import compiled_solver
 from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEModel

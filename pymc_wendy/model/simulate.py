@@ -29,6 +29,7 @@ from pymc_wendy.model import compiled_solve
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.observation import Observation, as_observation
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.piecewise_solve import PiecewiseSolver, supports_piecewise
 
 __all__ = ["SimulatedData", "SimulationError", "add_noise", "simulate", "solve"]
 
@@ -230,9 +231,14 @@ def solve(
         raise ValueError(f"rtol and atol must be > 0; got rtol={rtol!r}, atol={atol!r}")
     if max_nfev is not None:
         max_nfev = _positive_int(max_nfev, "max_nfev", 1)
-    compiled = method in (None, "LSODA") and compiled_solve.supports(model) and not inputs
-    if compiled and rtol * _LSODA_TIGHTER >= _LSODA_MIN_RTOL:
+    lsoda = method in (None, "LSODA") and rtol * _LSODA_TIGHTER >= _LSODA_MIN_RTOL
+    if lsoda and compiled_solve.supports(model) and not inputs:
         return _solve_compiled(model, p, u0, t, rtol=rtol, atol=atol, max_nfev=max_nfev)
+    if lsoda and inputs:
+        checked = as_inputs(model.inputs, inputs, t)
+        if supports_piecewise(model, checked):
+            solver = PiecewiseSolver(model, t, checked)
+            return _solve_compiled(solver, p, u0, t, rtol=rtol, atol=atol, max_nfev=max_nfev)
     if method is None:
         method = "Radau" if stiff else "DOP853"
     rhs, jacobian, breaks = vector_field(model, p, inputs, t)
@@ -262,17 +268,18 @@ _LSODA_TIGHTER = 0.1
 _LSODA_MIN_RTOL = 1e-13
 
 
-def _solve_compiled(model: ODEModel, p, u0, t, *, rtol, atol, max_nfev) -> np.ndarray:
-    max_steps = compiled_solve.max_steps_for(max_nfev, t.size)
+def _solve_compiled(model, p, u0, t, *, rtol, atol, max_nfev) -> np.ndarray:
+    """The compiled solve of a model without inputs, or ``model`` a
+    :class:`~pymc_wendy.model.piecewise_solve.PiecewiseSolver` bound to ``t``."""
+    options = {
+        "rtol": rtol * _LSODA_TIGHTER,
+        "atol": atol * _LSODA_TIGHTER,
+        "max_steps": compiled_solve.max_steps_for(max_nfev, t.size),
+    }
     try:
-        return compiled_solve.compiled_solver(model).solve(
-            p,
-            u0,
-            t,
-            rtol=rtol * _LSODA_TIGHTER,
-            atol=atol * _LSODA_TIGHTER,
-            max_steps=max_steps,
-        )
+        if isinstance(model, PiecewiseSolver):
+            return model.solve(p, u0, **options)
+        return compiled_solve.compiled_solver(model).solve(p, u0, t, **options)
     except compiled_solve.SolveFailed as exc:
         raise SimulationError(f"{exc}; the solution may blow up, or raise max_nfev") from None
 

@@ -10,7 +10,7 @@ import sympy as sp
 from scipy import integrate
 
 import pymc_wendy as pw
-from pymc_wendy.model.input_output import DerivativeInput, input_output
+from pymc_wendy.model.input_output import DerivativeInput, forward_system, input_output
 from pymc_wendy.weak.noise import estimate_noise
 from pymc_wendy.weak.test_functions.quadrature import ProductRule, segments
 
@@ -395,3 +395,33 @@ def test_default_posterior_with_doses_matches_a_closed_form_forward_reference():
     check = ours["weak_check"].attrs
     assert np.all(np.abs(shift) < 0.3), (shift, ratio, check["verdict"], check["note"])
     assert np.all((ratio > 0.8) & (ratio < 1.25)), (shift, ratio, check["verdict"])
+
+
+def test_exact_stage_and_draws_of_an_input_output_equation_solve_its_latent_model():
+    """The two-compartment equation in C has the doses' derivative among its inputs, which
+    has no values: at rest its forward twin and its predictive draws solve the latent
+    model (before, the check skipped it on a shape error and draws were NaN)."""
+    import pymc as pm
+
+    io = input_output(TWO, "C")
+    doses = pw.Doses([0.0, 24.0, 48.0], 500.0)
+    t = np.linspace(0.75, 72.0, 96)
+    U = pw.solve(TWO, TWO_TRUE, [0.0, 0.0, 0.0], np.r_[0.0, t], inputs={"dose": doses})[1:]
+    Y = U[:, 1:2] * (1 + 0.05 * np.random.default_rng(0).standard_normal((t.size, 1)))
+    with pm.Model() as model:
+        p = pm.LogNormal("p", np.log(TWO_TRUE), 0.1, shape=5)
+        term = pw.WeakODELikelihood(
+            "C", ode=io.model, params=p, t=t, observed=Y, inputs=io.inputs({"dose": doses}),
+            initial_state=[0.0, 0.0, 0.0], t0=0.0, sigma=[0.5],
+        )  # fmt: skip
+    _, terms = pw.forward_model(model)
+    solved, _ = terms[0].op.solve(TWO_TRUE, np.zeros(3))
+    np.testing.assert_allclose(solved, U[:, 1:2], rtol=1e-6, atol=1e-8 * U.max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        drawn = term.owner.op.trajectory(TWO_TRUE, np.zeros(3))
+    np.testing.assert_allclose(drawn, U[:, 1:2], rtol=1e-5, atol=1e-6 * U.max())
+    # away from rest there is no forward solve: the check says why instead of failing
+    lik = terms[0].likelihood
+    with pytest.raises(ValueError, match="from rest only"):
+        forward_system(io.model, lik.inputs, np.ones(3))

@@ -43,6 +43,7 @@ from pymc_wendy.backends.op import noise_scale_vector, weak_loglik
 from pymc_wendy.estimators.oels import estimate_initial_state
 from pymc_wendy.estimators.output_error import DEFAULT_SOLVER
 from pymc_wendy.model.data import time_labels
+from pymc_wendy.model.input_output import forward_system
 from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError, solve
@@ -116,8 +117,9 @@ class WeakODERV(RandomVariable):
                 self._u0 = estimate_initial_state(lik, solver=dict(self.solver))
             u0 = self._u0
         try:
-            U = solve(model, p, u0, times, inputs=lik.inputs or None, **dict(self.solver))
-            return U[skip:, model.observed_columns]
+            system, inputs, columns = forward_system(model, lik.inputs, u0)
+            U = solve(system, p, u0, times, inputs=inputs or None, **dict(self.solver))
+            return U[skip:, columns]
         except (SimulationError, ValueError) as exc:
             warnings.warn(
                 f"predictive draw: the ODE solve failed for p = {np.array2string(p, precision=4)}"

@@ -38,7 +38,7 @@ from pytensor.graph.op import Op
 from pymc_wendy.bayes.distribution import WeakODERV
 from pymc_wendy.estimators.output_error import polynomial_start
 from pymc_wendy.model.compiled_solve import SolveFailed
-from pymc_wendy.model.input_output import DerivativeInput
+from pymc_wendy.model.input_output import forward_system
 from pymc_wendy.model.sensitivities import ForwardSolver
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -73,21 +73,15 @@ class ForwardSolution(Op):
         t = likelihood.t
         self.skip = int(t0 is not None and t0 < t[0])
         self.times = np.concatenate([[t0], t]) if self.skip else np.asarray(t, float)
-        model, inputs = likelihood.base_model, likelihood.inputs
-        self.columns = model.observed_columns
-        if model.latent is not None and _at_rest(likelihood):
-            # an input-output equation at rest is the latent model at rest, whose solve
-            # needs no values of the equation's derivative inputs (doses' derivatives);
-            # both have D initial values, so the Op's signature does not change
-            model, j = model.latent
-            inputs = {k: v for k, v in inputs.items() if k in model.inputs}
-            self.columns = np.array([j])
-        elif any(isinstance(w, DerivativeInput) for w in inputs.values()):
-            raise NoForwardSolve(
-                f"{model.name} is an input-output equation with derivatives of its inputs; "
-                "its exact stage solves the latent model, from rest only (a known "
-                "initial_state of zeros)"
+        known = likelihood.initial_state
+        try:
+            # an input-output equation at rest is its latent model at rest; both have D
+            # initial values, so the Op's signature does not change
+            model, inputs, self.columns = forward_system(
+                likelihood.base_model, likelihood.inputs, None if known is None else known.u0
             )
+        except ValueError as exc:
+            raise NoForwardSolve(str(exc)) from None
         self.solver = ForwardSolver(model, self.times, inputs, **SOLVER_OPTIONS)
 
     def make_node(self, p, u0):
@@ -134,11 +128,6 @@ class ForwardSolution(Op):
         g = pt.tensordot(g_U, S, axes=[[0, 1], [0, 1]])
         J = self.likelihood.base_model.n_params
         return [g[:J], g[J:]]
-
-
-def _at_rest(likelihood: WeakLikelihood) -> bool:
-    known = likelihood.initial_state
-    return known is not None and not np.any(known.u0)
 
 
 @dataclass(frozen=True)

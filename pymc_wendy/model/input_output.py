@@ -31,7 +31,7 @@ from scipy import optimize
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
-__all__ = ["DerivativeInput", "InputOutput", "input_output"]
+__all__ = ["DerivativeInput", "InputOutput", "forward_system", "input_output"]
 
 
 class DerivativeInput(Input):
@@ -82,6 +82,28 @@ class DerivativeInput(Input):
 
     def __repr__(self) -> str:
         return f"DerivativeInput({self.base!r}, order={self.order})"
+
+
+def forward_system(model: ODEModel, inputs, u0) -> tuple[ODEModel, dict, np.ndarray]:
+    """What a forward solve of ``model`` from the companion state ``u0`` solves: ``(model,
+    inputs, columns)``, ``columns`` the observed states' positions in its solution.
+
+    An input-output equation (:func:`input_output`) at rest (``u0`` all zero) is its latent
+    model at rest, observed in one state: that solve needs no values of the derivative
+    inputs. Away from rest an equation with derivative inputs has no forward solve (a
+    ValueError says so); any other model is itself.
+    """
+    inputs = dict(inputs or {})
+    if model.latent is not None and u0 is not None and not np.any(u0):
+        latent, j = model.latent
+        return latent, {k: v for k, v in inputs.items() if k in latent.inputs}, np.array([j])
+    if any(isinstance(w, DerivativeInput) for w in inputs.values()):
+        raise ValueError(
+            f"{model.name} is an input-output equation with derivatives of its inputs; it is "
+            "solved forward through its latent model, from rest only (a known initial_state "
+            "of zeros)"
+        )
+    return model, inputs, model.observed_columns
 
 
 @dataclass(frozen=True)

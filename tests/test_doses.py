@@ -425,3 +425,64 @@ def test_exact_stage_and_draws_of_an_input_output_equation_solve_its_latent_mode
     lik = terms[0].likelihood
     with pytest.raises(ValueError, match="from rest only"):
         forward_system(io.model, lik.inputs, np.ones(3))
+
+
+@pytest.mark.slow
+# the weak stage's NUTS has a few divergences (2 of 2000) on this ridge; the result is the
+# exact stage's
+@pytest.mark.filterwarnings("ignore::pymc_wendy.DivergenceWarning")
+def test_default_posterior_of_two_compartments_with_doses_matches_a_closed_form_reference():
+    """Issue 55's goal: two compartments, three oral doses, observed in C alone with 10 %
+    log-normal error (288 points), fitted through the input-output equation from rest.
+    ``pw.sample`` with defaults against PyMC's NUTS on the closed-form solution (the sum of
+    each dose's response; no ODE solver of ours). Measured (seed 0): the weak posterior has
+    k21 about 2.5 reference sd off and sigma's sd 2.25 times too wide; the default result
+    every mean within 0.08 sd, sds 0.89-1.02x. The moved weak draws' importance weights look
+    fine here (k 0.31) while their sds are 0.6 of the exact ones: the Laplace t's tails
+    (variance k 0.88) send the correction to NUTS."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    io = input_output(TWO, "C")
+    dose_times = (0.0, 24.0, 48.0)
+    doses = pw.Doses(dose_times, 500.0)
+    t = np.linspace(0.0, 72.0, 289)[1:]
+    U = pw.solve(TWO, TWO_TRUE, [0.0, 0.0, 0.0], np.r_[0.0, t], inputs={"dose": doses})[1:]
+    Y = U[:, 1] * np.exp(0.1 * np.random.default_rng(0).standard_normal(t.size))
+
+    def priors():
+        return pm.LogNormal("p", np.log(TWO_TRUE), 0.5, shape=5), pm.HalfNormal("sigma", 0.5)
+
+    with pm.Model():
+        p, sigma = priors()
+        pw.WeakODELikelihood(
+            "C", ode=io.model, params=p, t=t, observed=Y[:, None], noise="lognormal",
+            inputs=io.inputs({"dose": doses}), sigma=sigma, initial_state=[0.0, 0.0, 0.0],
+            t0=0.0,
+        )  # fmt: skip
+        ours = pw.sample(1000, chains=2, progressbar=False, random_seed=1)
+    assert ours["weak_check"].attrs["verdict"] == "differs"
+    with pm.Model():
+        p, sigma = priors()
+        ka, V, k10, k12, k21 = (p[i] for i in range(5))
+        # roots alpha > beta of s^2 + (k10 + k12 + k21) s + k10 k21; a unit bolus into C
+        # decays as c_a e^(-alpha t) + c_b e^(-beta t), convolved with the gut's ka e^(-ka t)
+        total = k10 + k12 + k21
+        root = pt.sqrt(total**2 - 4 * k10 * k21)
+        alpha, beta = (total + root) / 2, (total - root) / 2
+        modes = (((alpha - k21) / (alpha - beta), alpha), ((k21 - beta) / (alpha - beta), beta))
+        C = 0.0
+        for tau in dose_times:
+            s = np.maximum(t - tau, 0.0)
+            response = sum(
+                c * (pt.exp(-ka * s) - pt.exp(-lam * s)) / (lam - ka) for c, lam in modes
+            )
+            C = C + (t > tau) * 500.0 * ka / V * response
+        pm.LogNormal("C", pt.log(C), sigma, observed=Y)
+        ref = pm.sample(2000, chains=2, progressbar=False, random_seed=2, target_accept=0.9)
+    for name in ("p", "sigma"):
+        a = ours.posterior[name].values.reshape(2000, -1)
+        b = ref.posterior[name].values.reshape(4000, -1)
+        shift, ratio = (a.mean(0) - b.mean(0)) / b.std(0), a.std(0) / b.std(0)
+        assert np.all(np.abs(shift) < 0.3), (name, shift, ratio)
+        assert np.all((ratio > 0.8) & (ratio < 1.25)), (name, shift, ratio)

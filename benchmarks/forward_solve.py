@@ -25,6 +25,11 @@ Three parts, in one run:
    "Radau"}``. Each call compiles its sampling function; the cost per draw is the difference
    of the two calls over ``draws - 1``. ``--skip-pymc`` leaves this part out.
 
+4. Dosed models (``pk_iv_doses``, ``pk_oral_doses``, ``pk_two_compartment`` at their
+   default grids): the exact stage's ``ForwardSolver``, compiled stretch by stretch between
+   the doses (``model/piecewise_solve.py``), against the same solves on the ``solve_ivp``
+   route, values and sensitivities, and the two routes' difference.
+
 Run:  python benchmarks/forward_solve.py [--points 513] [--repeats 5] [--draws 200]
       [--problems a,b] [--skip-pymc] [--json PATH]
 """
@@ -35,6 +40,7 @@ import argparse
 import json
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -295,6 +301,57 @@ def _print_pymc(rows: list[dict]) -> None:
         )
 
 
+def _ivp_dosed(model, p, u0, t, inputs):
+    """What ``pw.solve`` ran for dosed models before: solve_ivp's LSODA, restarting at the
+    breakpoints and jumping at the boluses, at the exact stage's tolerances."""
+    from pymc_wendy.bayes.forward import SOLVER_OPTIONS
+    from pymc_wendy.model.simulate import vector_field
+
+    rhs, jac, breaks = vector_field(model, p, inputs, t)
+    jumps = None if breaks.jump is None else (breaks.jump_times, lambda s, y: y + breaks.jump(s, y))
+    return integrate(
+        rhs, np.asarray(u0, dtype=float), t, method="LSODA", rtol=SOLVER_OPTIONS["rtol"],
+        atol=SOLVER_OPTIONS["atol"], max_nfev=None, jac=jac, breaks=breaks.times, jumps=jumps,
+    )  # fmt: skip
+
+
+def dosed(repeats: int) -> list[dict]:
+    """The exact stage's solves of dosed models: ``ForwardSolver`` (the compiled piecewise
+    route) against the same solver forced onto the ``solve_ivp`` route, values and
+    sensitivities, at the exact stage's tolerances; error relative to max |u|."""
+    from pymc_wendy.bayes.forward import SOLVER_OPTIONS
+    from pymc_wendy.model.inputs import as_inputs
+    from pymc_wendy.model.sensitivities import ForwardSolver
+
+    rows = []
+    for name in ("pk_iv_doses", "pk_oral_doses", "pk_two_compartment"):
+        prob = pw.get_problem(name)
+        t = np.linspace(*prob.t_span, prob.n_points)
+        inputs = as_inputs(prob.model.inputs, prob.inputs, t)
+        new = ForwardSolver(prob.model, t, inputs, **SOLVER_OPTIONS)
+        old = ForwardSolver(prob.model, t, inputs, **SOLVER_OPTIONS)
+        old._solver, old.compiled = None, False
+        args = (prob.p_true, prob.u0)
+        calls = {
+            "solve": (partial(new.solve, *args), partial(_ivp_dosed, prob.model, *args, t, inputs)),
+            "sensitivities": (partial(new.sensitivities, *args), partial(old.sensitivities, *args)),
+        }
+        row = {"problem": name, "points": t.size}
+        for what, (piecewise, ivp) in calls.items():
+            row[f"{what}_piecewise_ms"] = 1e3 * _median_time(piecewise, repeats)
+            row[f"{what}_ivp_ms"] = 1e3 * _median_time(ivp, repeats)
+        row["error"] = _error(new.solve(*args), _ivp_dosed(prob.model, *args, t, inputs))
+        rows.append(row)
+        speed = {w: row[f"{w}_ivp_ms"] / row[f"{w}_piecewise_ms"] for w in calls}
+        print(
+            f"{name:20s} {t.size:5d}  values {row['solve_piecewise_ms']:7.2f} / "
+            f"{row['solve_ivp_ms']:7.1f} ms ({speed['solve']:4.0f}x)  sensitivities "
+            f"{row['sensitivities_piecewise_ms']:7.2f} / {row['sensitivities_ivp_ms']:7.1f} ms "
+            f"({speed['sensitivities']:4.0f}x)  error {row['error']:.1e}"
+        )
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=513)
@@ -312,6 +369,8 @@ def main(argv=None) -> None:
     print(f"\n2. {args.draws} FitzHugh-Nagumo trajectories, {args.points} points, rtol 1e-7")
     results["predictive"] = predictive(args.points, args.draws, args.seed)
     _print_predictive(results["predictive"])
+    print("\n4. dosed models, the exact stage's solves: compiled piecewise / solve_ivp")
+    results["dosed"] = dosed(args.repeats)
     if not args.skip_pymc:
         print("\n3. pm.sample_posterior_predictive, FitzHugh-Nagumo, 513 points")
         results["pymc"] = pymc_predictive(args.draws, args.seed)

@@ -60,6 +60,22 @@ def test_period_index_counts_from_each_period_start():
     assert unit == "h"
 
 
+def test_time_zone_aware_times_count_elapsed_time_without_warnings():
+    """Hourly data across the spring daylight saving change in Paris (issue 54, defect 11):
+    elapsed hours between UTC instants, no numpy time-zone warning (the conftest fails on
+    one), the same fit as naive UTC times."""
+    utc = pd.date_range("2024-03-30 20:00", periods=DATA.t.size, freq="h", tz="UTC")
+    paris = utc.tz_convert("Europe/Paris")  # wall clock jumps from 02:00 to 03:00
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t, _, unit = pw.model.data.as_times(paris, time_unit="h")
+    np.testing.assert_allclose(t, np.arange(DATA.t.size, dtype=float))
+    frame = pd.DataFrame(DATA.U, index=paris, columns=P.model.states)
+    res = pw.fit(P.model, U=frame, time_unit="h")
+    naive = pw.fit(P.model, U=frame.set_axis(utc.tz_localize(None)), time_unit="h")
+    np.testing.assert_allclose(res.x, naive.x, rtol=1e-12)
+
+
 def test_a_column_too_many_is_named_before_missing_entries():
     """A 1-state model given 2 columns, one of them all NaN (the hidden state of the model
     an input-output equation came from): the column count, not "every time point has a

@@ -100,7 +100,8 @@ def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str
     ----------
     t : array_like
         Numbers, ``datetime64`` / ``timedelta64`` values, or a pandas index or series of them
-        (periods count from their start).
+        (periods count from their start; time-zone-aware times in elapsed time between their
+        UTC instants, and labelled results show them in UTC).
     time_unit : str, optional
         Unit of the returned times for datetime or duration axes: a ``numpy.timedelta64``
         unit (``"s"``, ``"m"``, ``"h"``, ``"D"``, ``"W"``, ...) or a pandas alias (``"min"``).
@@ -125,7 +126,16 @@ def as_times(t: Any, time_unit: str | None = None) -> tuple[np.ndarray, Any, str
             arr = pd.PeriodIndex(arr.ravel()).to_timestamp().to_numpy().reshape(arr.shape)
             kind = "M"
         elif arr.dtype == object and arr.size and hasattr(arr.flat[0], "year"):
-            arr = arr.astype("datetime64[ns]")  # datetime.datetime / pandas Timestamp objects
+            # datetime.datetime / pandas Timestamp objects
+            if getattr(arr.flat[0], "tzinfo", None) is not None:
+                # time-zone aware: elapsed time is counted between UTC instants (a daylight
+                # saving change is no gap in the data); numpy has no time zones and warned
+                import pandas as pd
+
+                utc = pd.to_datetime(arr.ravel(), utc=True).tz_localize(None)
+                arr = utc.to_numpy().reshape(arr.shape)
+            else:
+                arr = arr.astype("datetime64[ns]")
             kind = "M"
         else:
             if time_unit is not None:

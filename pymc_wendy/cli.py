@@ -312,6 +312,29 @@ def _coverage(args: argparse.Namespace) -> int:
         print(table.to_string(float_format=lambda v: f"{v:.4g}"))
     if args.table:
         table.to_csv(args.table)
+    return _failures(ds)
+
+
+def _failures(ds) -> int:
+    """Say on stderr how many finished runs failed and the commonest reason: an error (exit
+    1) when every one did, since the table is then all NaN; a warning when some did."""
+    import numpy as np
+
+    success = np.asarray(ds["success"].values, dtype=float).ravel()
+    done = ~np.isnan(success)
+    failed = done & (success == 0)
+    if not failed.any():
+        return EXIT_OK
+    messages = np.asarray(ds["message"].values).ravel()[failed]
+    reasons, counts = np.unique(messages, return_counts=True)
+    reason = reasons[np.argmax(counts)] or "no message"
+    what = f"{failed.sum()} of {done.sum()} finished runs failed; the commonest reason " + (
+        f"({counts.max()} runs): {reason}"
+    )
+    if failed.sum() == done.sum():
+        print(f"{PROG} coverage: error: {what}", file=sys.stderr)
+        return EXIT_FAILED
+    _warn("coverage", what)
     return EXIT_OK
 
 

@@ -409,3 +409,16 @@ def test_diverging_sensitivity_solve_is_a_failed_solve_not_a_warning():
         # the truth solves as before
         assert np.abs(problem.residual(np.r_[prob.p_true, prob.u0])).max() < 10 * Z.std()
     assert problem.n_failed == 1
+
+
+def test_coverage_whose_every_run_failed_exits_1_with_the_reason(tmp_path, capsys):
+    """``pk_oral_doses`` leaves its gut unobserved, which a study of the latent model cannot
+    fit: every run fails. Before, the all-NaN table exited 0 with the reason only in the
+    store (issue 54, defect 10)."""
+    argv = ["coverage", "--problem", "pk_oral_doses", "--methods", "wls", "--noise", "0.1",
+            "--points", "65", "--datasets", "2", "--workers", "1",
+            "--store", str(tmp_path / "s")]  # fmt: skip
+    assert main(argv) == 1
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("pymc-wendy coverage: error: 2 of 2 finished runs failed")
+    assert "missing" in err  # the reason the store holds

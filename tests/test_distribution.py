@@ -205,6 +205,32 @@ def test_initial_values_are_the_wendy_estimate_where_allowed():
     assert all(model.rvs_to_initial_values[v] is None for v in model.free_RVs)
 
 
+def test_initial_values_of_a_model_nonlinear_in_its_parameters_screen_prior_draws():
+    """Issue 54: from the prior's centre alone, oral PK at 97 points stopped at a spurious
+    minimum (``[0.11, 0.10, -3.9]``, NLL 109) where ``pmw.fit`` with the problem's bounds
+    reaches NLL 68; and IV boluses divided by a volume of 0. Prior draws as further starts
+    find the fit's minimum and a finite start, without warnings from the pole."""
+    prob = pmw.get_problem("pk_oral")
+    data = prob.simulate(n_points=97, noise_ratio=0.1, seed=0)
+    with pm.Model() as model:
+        p = pm.Normal("p", 0.0, 10.0, shape=3)
+        U = WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    lik = U.owner.op.likelihood
+    reference = pmw.fit(prob.model, data.t, data.U, bounds=prob.bounds)
+    start = pmw.initial_values(model)["p"]
+    assert lik.nll(start) <= lik.nll(reference.x) + 1e-6
+    np.testing.assert_allclose(start, reference.x, rtol=1e-4)
+    iv = pmw.get_problem("pk_iv_doses")
+    d = iv.simulate(n_points=129, noise_ratio=0.1, seed=0)
+    with pm.Model() as model:
+        p = pm.Normal("p", 0.0, 10.0, shape=2)
+        WeakODELikelihood("U", ode=iv.model, params=p, t=d.t, observed=d.U, inputs=d.inputs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        start = pmw.initial_values(model)["p"]
+    assert relative_error(start, iv.p_true) < 0.1
+
+
 def test_log_likelihood_group_holds_one_joint_value_per_draw():
     prob, data = _data("logistic", 129, 0.05, seed=2)
     model = _model(prob, data)

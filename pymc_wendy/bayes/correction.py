@@ -52,7 +52,7 @@ from pytensor.graph.traversal import ancestors, apply_ancestors
 from scipy import optimize, stats
 
 from pymc_wendy._progress import ProgressBar
-from pymc_wendy.bayes.forward import ForwardTerm, forward_model
+from pymc_wendy.bayes.forward import ForwardTerm, forward_model, quiet_c_backend
 from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "CorrectionTooCostly", "forward_correction"]
@@ -470,7 +470,8 @@ class _Gradient:
         values = [fmodel.rvs_to_values[rv] for rv in space.rvs]
         grad = pt.concatenate([g.ravel() for g in pytensor.grad(logp, values)])
         # one function, so that the value and the gradient share one sensitivity solve
-        self._fn = fmodel.compile_fn([logp, grad], mode="CVM")
+        with quiet_c_backend():
+            self._fn = fmodel.compile_fn([logp, grad], mode="CVM")
         self.n_calls = 0
         self.seconds = 0.0
 
@@ -869,7 +870,7 @@ def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progre
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
     values = forward.constrained(Z[starts])
     initvals = [{n: v[c] for n, v in values.items()} for c in range(chains)]
-    with fmodel:
+    with fmodel, quiet_c_backend():
         step = pm.NUTS(
             scaling=_mass_matrix(weighted), is_cov=True, target_accept=target_accept,
             compile_kwargs={"mode": "CVM"},

@@ -17,6 +17,8 @@ state's standard deviation over the series (log-normal noise: ``LogNormal(log U[
 
 from __future__ import annotations
 
+import contextlib
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -42,7 +44,17 @@ from pymc_wendy.model.input_output import forward_system
 from pymc_wendy.model.sensitivities import ForwardSolver
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
-__all__ = ["ForwardSolution", "ForwardTerm", "NoForwardSolve", "forward_model"]
+__all__ = ["ForwardSolution", "ForwardTerm", "NoForwardSolve", "forward_model", "quiet_c_backend"]
+
+
+@contextlib.contextmanager
+def quiet_c_backend():
+    """Compile the forward twin's functions for PyTensor's C VM without its warning that a
+    pip-installed PyTensor found no BLAS (once per process, with advice to reinstall): they
+    spend their time in the ODE solve Op, which runs in Python, not in BLAS."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "PyTensor could not link to a BLAS", UserWarning)
+        yield
 
 
 class NoForwardSolve(ValueError):

@@ -462,7 +462,7 @@ def _corrected(
     ``log_likelihood``, the forward model's own pointwise values (one per time point and
     state: its likelihood factorises)."""
     from pymc_wendy.bayes.correction import forward_correction
-    from pymc_wendy.bayes.forward import forward_model
+    from pymc_wendy.bayes.forward import forward_model, quiet_c_backend
 
     options = dict(options or {})
     if isinstance(seed, numbers.Integral):
@@ -475,9 +475,11 @@ def _corrected(
     if log_likelihood:
         fmodel, _ = forward_model(model, initial_state=options.get("initial_state"))
         # the forward solve's Op runs in Python: the C VM, not numba's object mode
-        pm.compute_log_likelihood(
-            result, model=fmodel, progressbar=options["progressbar"], compile_kwargs={"mode": "CVM"}
-        )
+        with quiet_c_backend():
+            pm.compute_log_likelihood(
+                result, model=fmodel, progressbar=options["progressbar"],
+                compile_kwargs={"mode": "CVM"},
+            )  # fmt: skip
     return result
 
 

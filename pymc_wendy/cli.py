@@ -106,22 +106,28 @@ def demo(
         _check_writable(output)  # before a minute of sampling, not after it
     prob = get_problem(problem)
     data = prob.simulate(n_points=n_points, noise_ratio=noise_ratio, seed=seed)
-    ode = prob.model
     print(f"problem: {prob.name} ({prob.reference})")
     print(
         f"data: {data.t.size} points on [{data.t[0]:g}, {data.t[-1]:g}], "
         f"{noise_ratio:.0%} {data.noise} noise, seed {seed}"
     )
+    ode, term, columns, twins = _demo_term(prob, data)
     t0 = time.perf_counter()
-    with pm.Model(coords={"param": ode.params, "state": ode.states}) as model:
-        p = pm.Normal("p", 0.0, 10.0, dims="param")
+    with pm.Model(coords={"param": ode.params}) as model:
+        if twins is None:
+            p = pm.Normal("p", 0.0, 10.0, dims="param")
+        else:
+            # the input-output equation's coefficients are symmetric functions of the rate
+            # constants, so N(0, 10) admits unphysical twins with negative rates: positive
+            # priors, wide (a factor e^2 either way) around the centre of the problem's box
+            lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
+            p = pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
         # local test functions use the trapezoid rule, which cannot cross a dose's jump
         if data.inputs:
             test_functions = "svd"
         U = WeakODELikelihood(
-            "U", ode=ode, params=p, t=data.t, observed=data.U, noise=data.noise,
-            test_functions="local" if test_functions == "local" else None,
-            inputs=data.inputs or None,
+            "U", ode=ode, params=p, t=data.t, noise=data.noise,
+            test_functions="local" if test_functions == "local" else None, **term,
         )  # fmt: skip
     lik = U.owner.op.likelihood
     print(
@@ -149,11 +155,48 @@ def demo(
             draws, chains=chains, random_seed=seed, initvals=start, progressbar=True, **tuning
         )
     ok = _print_sampling(idata, chains, draws, tune, time.perf_counter() - t0)
-    _print_summary(idata, data.p_true, p_map, stats_only=idata.attrs.get("route") == "importance")
+    truth = data.p_true
+    if twins is not None and len(twins) > 1:
+        # the data of the observed state cannot tell the truth from its twins (flip-flop)
+        mean = idata.posterior["p"].mean(("chain", "draw")).values
+        truth = twins[np.argmin(np.max(np.abs(np.log(mean / twins)), axis=1))]
+        print(f"the observed state determines the parameters up to {len(twins)} equivalent "
+              f"vectors (the same curve for any doses); compared with the nearest, "
+              f"{np.array2string(truth, precision=4)}")  # fmt: skip
+    _print_summary(idata, truth, p_map, stats_only=idata.attrs.get("route") == "importance")
 
     if output:
-        _predictive_plot(model, idata, data, ode, predictive_draws, seed, output)
+        _predictive_plot(model, idata, data, columns, predictive_draws, seed, output)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _demo_term(prob, data):
+    """``(ode, WeakODELikelihood arguments, observed columns, twins)`` for the demo: the
+    model itself where every state is observed (``twins`` None); else, a linear model
+    observed in one state at rest, its input-output equation (``pw.input_output``) from
+    the rest state, and the parameter vectors equivalent to the truth for it."""
+    import numpy as np
+
+    from pymc_wendy.model.input_output import input_output
+
+    ode = prob.model
+    observed = prob.observed or ode.states
+    if len(observed) == ode.n_states:
+        term = {"observed": data.U, "inputs": data.inputs or None}
+        return ode, term, list(range(ode.n_states)), None
+    if len(observed) > 1 or np.any(prob.u0):
+        raise ValueError(
+            f"{prob.name} observes {list(observed)} of {list(ode.states)}: the demo fits a "
+            "model with hidden states through its input-output equation, for one observed "
+            "state of a linear model at rest only"
+        )
+    io = input_output(ode, observed[0])  # a nonlinear model (sir) is refused, saying why
+    j = ode.states.index(observed[0])
+    term = {
+        "observed": data.U[:, [j]], "inputs": io.inputs(data.inputs),
+        "initial_state": np.zeros(len(io.model.companion_states)), "t0": float(data.t[0]),
+    }  # fmt: skip
+    return io.model, term, [j], io.equivalent(prob.p_true)
 
 
 def _print_sampling(idata, chains: int, draws: int, tune: int | None, t_total: float):
@@ -225,7 +268,7 @@ def _check_writable(output: str) -> None:
         raise ValueError(f"--output {output}: cannot write there")
 
 
-def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:
+def _predictive_plot(model, idata, data, columns, n_draws, seed, output) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -244,8 +287,11 @@ def _predictive_plot(model, idata, data, ode, n_draws, seed, output) -> None:
         warnings.filterwarnings("ignore", "predictive draw: the ODE solve failed", RuntimeWarning)
         pp = pm.sample_posterior_predictive(thinned, random_seed=seed, progressbar=False)
     U = pp.posterior_predictive["U"]
-    fig = plot_predictive(data.t, data.U, U, truth=data.U_true, states=ode.states)
-    fig.suptitle(f"{ode.name}: data and 90 % posterior predictive band")
+    states = [data.states[j] for j in columns]
+    fig = plot_predictive(
+        data.t, data.U[:, columns], U, truth=data.U_true[:, columns], states=states
+    )
+    fig.suptitle(f"{data.problem}: data and 90 % posterior predictive band")
     fig.tight_layout()
     fig.savefig(output, dpi=120)
     n_pp = thinned.sizes["chain"] * thinned.sizes["draw"]

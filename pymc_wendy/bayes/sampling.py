@@ -165,7 +165,7 @@ def _values_for(model: pm.Model, specs: list) -> dict[str, np.ndarray]:
         else:
             vector = _params_vector(params, lik.base_model)
             start = _screened_start(lik, _initial_params(model, vector), vector)
-        p_hat = wendy_mle(lik, start).x
+        p_hat = wendy_mle(lik, start, warm_start=True).x
         ok = np.isfinite(lik.nll(p_hat))
     except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
         ok = False

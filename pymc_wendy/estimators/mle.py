@@ -38,10 +38,16 @@ from pymc_wendy.weak.protocol import Likelihood
 __all__ = ["wendy_mle"]
 
 
-def wendy_mle(lik: Likelihood, p0=None, **options) -> optimize.OptimizeResult:
+def wendy_mle(
+    lik: Likelihood, p0=None, *, warm_start: bool = False, **options
+) -> optimize.OptimizeResult:
     """WENDy-MLE: trust-region Newton on the weak negative log-likelihood from ``p0``.
 
-    ``p0`` defaults to :func:`weak_least_squares`. Uses the analytic gradient and Hessian
+    ``p0`` defaults to :func:`weak_least_squares`. ``warm_start=True`` starts instead from
+    the lowest-NLL point among ``p0``, weak least squares from it and, for a model linear in
+    its parameters, IRLS from that, as :func:`fit` does (head acceleration at 10 % noise:
+    from weak least squares alone Newton stops at NLL 1960, from IRLS at 281). Uses the
+    analytic gradient and Hessian
     (``scipy.optimize.minimize(method="trust-exact")``); ``options`` go to ``minimize``.
     Off the linear-in-parameters fast path the steps use the cheap Newton model
     (:class:`_NewtonModel`); every path ends with full Newton steps (:func:`_polish`), as in
@@ -53,6 +59,8 @@ def wendy_mle(lik: Likelihood, p0=None, **options) -> optimize.OptimizeResult:
     fun, hess = model.fun, model.hess
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # trial points outside the domain
+        if warm_start:
+            start = _warm_start(lik, start, None, fun)
         res = optimize.minimize(
             fun, start, jac=True, hess=hess, method="trust-exact", options=options
         )

@@ -147,8 +147,8 @@ def test_long_series_default_fit_is_checked_on_a_window():
     res = pw.fit(LV.model, data.t, data.U)  # a warning would fail the test
     assert res.success
     check = res.history["forward_check"]
+    # only the first WINDOW_POINTS are solved (its time is benchmarks/long_series.py's)
     assert check["verdict"] == "passed" and check["window"] == (0.0, 80.0)
-    assert check["time_s"] < 10
     assert np.all(np.abs(res.x - [3, -1, -6, 1]) < 4 * res.stderr)
 
 

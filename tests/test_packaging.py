@@ -60,3 +60,14 @@ def test_everything_imported_is_declared():
         if not any(o.lower().replace("_", "-") in provided for o in owners.get(mod, []))
     }
     assert not missing, f"imported but not declared (module: distributions): {missing}"
+
+
+def test_the_coverage_module_of_earlier_releases_still_imports():
+    """``import pymc_wendy.coverage`` failed after the move to ``pymc_wendy.studies`` (issue
+    54); it is that module, the one ``pw.coverage`` names."""
+    import pymc_wendy as pw
+    import pymc_wendy.coverage as old
+    from pymc_wendy.studies import coverage
+
+    assert old is coverage is pw.coverage
+    assert old.run_coverage is pw.run_coverage

@@ -114,14 +114,7 @@ def demo(
     ode, term, columns, twins = _demo_term(prob, data)
     t0 = time.perf_counter()
     with pm.Model(coords={"param": ode.params}) as model:
-        if twins is None:
-            p = pm.Normal("p", 0.0, 10.0, dims="param")
-        else:
-            # the input-output equation's coefficients are symmetric functions of the rate
-            # constants, so N(0, 10) admits unphysical twins with negative rates: positive
-            # priors, wide (a factor e^2 either way) around the centre of the problem's box
-            lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
-            p = pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+        p = _demo_prior(prob, twins)
         # local test functions use the trapezoid rule, which cannot cross a dose's jump
         if data.inputs:
             test_functions = "svd"
@@ -155,19 +148,41 @@ def demo(
             draws, chains=chains, random_seed=seed, initvals=start, progressbar=True, **tuning
         )
     ok = _print_sampling(idata, chains, draws, tune, time.perf_counter() - t0)
-    truth = data.p_true
-    if twins is not None and len(twins) > 1:
-        # the data of the observed state cannot tell the truth from its twins (flip-flop)
-        mean = idata.posterior["p"].mean(("chain", "draw")).values
-        truth = twins[np.argmin(np.max(np.abs(np.log(mean / twins)), axis=1))]
-        print(f"the observed state determines the parameters up to {len(twins)} equivalent "
-              f"vectors (the same curve for any doses); compared with the nearest, "
-              f"{np.array2string(truth, precision=4)}")  # fmt: skip
+    truth = data.p_true if twins is None else _nearest_twin(idata, twins)
     _print_summary(idata, truth, p_map, stats_only=idata.attrs.get("route") == "importance")
 
     if output:
         _predictive_plot(model, idata, data, columns, predictive_draws, seed, output)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _demo_prior(prob, twins):
+    """The demo's prior of ``p`` (in the model context): N(0, 10); for an input-output
+    equation (``twins`` given) positive, wide (a factor e^2 either way) around the centre of
+    the problem's box, as its coefficients are symmetric functions of the rate constants and
+    N(0, 10) admits unphysical twins with negative rates."""
+    import numpy as np
+    import pymc as pm
+
+    if twins is None:
+        return pm.Normal("p", 0.0, 10.0, dims="param")
+    lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
+    return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+
+
+def _nearest_twin(idata, twins):
+    """The parameter vector equivalent to the truth nearest the posterior mean, said: the
+    data of the observed state cannot tell the truth from its twins (flip-flop)."""
+    import numpy as np
+
+    if len(twins) == 1:
+        return twins[0]
+    mean = idata.posterior["p"].mean(("chain", "draw")).values
+    truth = twins[np.argmin(np.max(np.abs(np.log(mean / twins)), axis=1))]
+    print(f"the observed state determines the parameters up to {len(twins)} equivalent "
+          f"vectors (the same curve for any doses); compared with the nearest, "
+          f"{np.array2string(truth, precision=4)}")  # fmt: skip
+    return truth
 
 
 def _demo_term(prob, data):

@@ -126,6 +126,13 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
             "x",
             "terms without a state or input",
         ),
+        (
+            # b scales the hidden state and cancels in the transfer function (issue 54, 5)
+            pw.ODEModel(lambda t, u, p, w: [-p[0] * u[0] + p[1] * u[1], -p[2] * u[1] + w[0] / p[1]],
+                        states=["x", "y"], params=["a", "b", "c"], inputs=["d"]),
+            "x",
+            r"does not depend on the parameters \['b'\]: the data of 'x' cannot determine",
+        ),
         (pw.get_problem("pk_oral_doses").model, ["gut", "C"], "one observed state"),
         (pw.get_problem("pk_oral_doses").model, "Q", "not states of"),
     ],

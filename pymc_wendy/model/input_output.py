@@ -229,6 +229,7 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
                 derivative_inputs[src if k == 0 else f"{src}_d{k}"] = (src, k)
                 terms.append((len(derivative_inputs) - 1, sp.simplify(c)))
     coeffs = [sp.simplify(c) for c in char.all_coeffs()[::-1][:-1]]  # c_0 .. c_{D-1}
+    _check_parameters_remain(model, name, [*coeffs, *(c for _, c in terms)])
     equation = _equation(model, name, coeffs, terms, list(derivative_inputs))
     equation.latent = (model, j)
     return InputOutput(
@@ -240,6 +241,20 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
         derivative_inputs=derivative_inputs,
         coefficients=tuple(coeffs) + tuple(c for _, c in terms),
     )
+
+
+def _check_parameters_remain(model: ODEModel, name: str, coefficients) -> None:
+    """A parameter absent from every coefficient of the equation is one the observed state
+    cannot determine: say so, naming it (otherwise the equation's model would be refused for
+    a parameter "not in its right-hand side", which the user's model does use)."""
+    used = set().union(*(c.free_symbols for c in coefficients))
+    lost = [n for n, p in zip(model.params, model.symbols.p, strict=True) if p not in used]
+    if lost:
+        raise ValueError(
+            f"the input-output equation of {model.name} in {name!r} does not depend on the "
+            f"parameters {lost}: the data of {name!r} cannot determine them (fix them at known "
+            "values, or observe a state they act on)"
+        )
 
 
 def _observed_state(model: ODEModel, observed) -> str:

@@ -231,6 +231,23 @@ def test_initial_values_of_a_model_nonlinear_in_its_parameters_screen_prior_draw
     assert relative_error(start, iv.p_true) < 0.1
 
 
+def test_initial_values_with_a_prior_pymc_cannot_draw_from():
+    """A prior with a log-density only (``pm.CustomDist`` without ``random``): no prior draws
+    to screen, the start from the model's initial point, and no error."""
+    prob = pmw.get_problem("pk_oral")
+    data = prob.simulate(n_points=97, noise_ratio=0.05, seed=0)
+    with pm.Model() as model:
+        p = pm.CustomDist(
+            "p", logp=lambda v: -0.5 * pt.sum((pt.log(v) - np.log(prob.p_true)) ** 2),
+            shape=3, initval=prob.p_true * 1.2,
+        )  # fmt: skip
+        WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nor numba's object-mode warning of the failed draw
+        start = pmw.initial_values(model)["p"]
+    assert relative_error(start, prob.p_true) < 0.2
+
+
 def test_initial_values_start_newton_where_fit_does():
     """Head acceleration (second order, a pulse input, linear in its parameters) at 10 %
     noise: Newton from the weak least squares estimate stopped at NLL 1960 (the demo's MAP

@@ -189,7 +189,14 @@ def _screened_start(lik, guess: np.ndarray, vector: pt.TensorVariable) -> np.nda
     volume of 0 (an N(0, 10) prior's centre) gave a division by zero."""
     if lik.base_model.is_linear_in_params:
         return weak_least_squares(lik, guess)
-    draws = np.reshape(pm.draw(vector, draws=SCREEN_STARTS, random_seed=0), (SCREEN_STARTS, -1))
+    try:
+        with warnings.catch_warnings():
+            # a prior without draws compiles in numba's object mode first, and says so
+            warnings.filterwarnings("ignore", "Numba will use object mode", UserWarning)
+            draws = pm.draw(vector, draws=SCREEN_STARTS, random_seed=0)
+        draws = np.reshape(draws, (SCREEN_STARTS, -1))
+    except (NotImplementedError, TypeError, ValueError):  # a prior PyMC cannot draw from
+        draws = ()
     best, best_misfit = guess, np.inf
     for s in (guess, *draws):
         try:  # a start at a pole (V = 0) fails or is not finite: it is left out, silently

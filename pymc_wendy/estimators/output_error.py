@@ -36,6 +36,7 @@ from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, max_steps_for
 from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.piecewise_solve import PiecewiseSolver, supports_piecewise
 from pymc_wendy.model.sensitivities import operator_sensitivity_rhs
 from pymc_wendy.model.simulate import SimulationError, integrate, solve
 
@@ -83,9 +84,13 @@ class _Problem:
         self.bound = bound
         self.operator = model.has_operator_terms
         self.compiled = None
-        if self.operator:  # numpy: the inputs are callables of time
+        lsoda = solver["method"] == "LSODA"
+        if self.operator and lsoda and supports_piecewise(model, inputs or {}):
+            # doses or held inputs: compiled LSODA stretch by stretch (piecewise_solve)
+            self.compiled = PiecewiseSolver(model, t, inputs)
+        elif self.operator:  # numpy: the inputs are callables of time
             self.inputs = inputs
-        elif solver["method"] == "LSODA":  # the same method, stepped in Fortran
+        elif lsoda:  # the same method, stepped in Fortran
             self.compiled = compiled_solver(model)
         else:
             self.rhs = compiled_solver(model).sensitivity_rhs
@@ -126,10 +131,12 @@ class _Problem:
     def _compiled_solve(self, p: np.ndarray, u0: np.ndarray):
         opts = self.solver
         max_steps = max_steps_for(opts["max_nfev"], self.t.size)
+        tolerances = {"rtol": opts["rtol"], "atol": opts["atol"], "max_steps": max_steps}
         try:
-            U, S = self.compiled.sensitivities(
-                p, u0, self.t, rtol=opts["rtol"], atol=opts["atol"], max_steps=max_steps
-            )
+            if isinstance(self.compiled, PiecewiseSolver):
+                U, S = self.compiled.sensitivities(p, u0, **tolerances)
+            else:
+                U, S = self.compiled.sensitivities(p, u0, self.t, **tolerances)
         except SolveFailed as exc:
             raise SimulationError(str(exc)) from None
         if self.bound is not None and not np.max(np.abs(U)) <= self.bound:

@@ -41,8 +41,9 @@ def supports_piecewise(model: ODEModel, inputs: Mapping[str, Input]) -> bool:
     return all(_piecewise_constant(w) for w in inputs.values())
 
 
-def _piecewise_constant(w: Input) -> bool:
-    return isinstance(w, Doses) or (w.values is not None and w.kind == "constant")
+def _piecewise_constant(w) -> bool:
+    held = isinstance(w, Input) and w.values is not None and w.kind == "constant"
+    return isinstance(w, Doses) or held
 
 
 def _inputs_as_parameters(model: ODEModel) -> ODEModel:

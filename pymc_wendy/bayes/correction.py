@@ -19,9 +19,6 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    then adaptive importance sampling, further batches of ``S`` t draws, each with the
    weighted mean and covariance of all draws so far, every draw weighed against the mixture
    of the batches, until the ESS reaches ``target_ess`` or there are ``max_batches``. The
-   t around the Laplace fit is weighed even when the moved draws' weights look good: it
-   has the same covariance and heavier tails, so where its ``k`` is too large the target
-   reaches where the moved draws never go, and they are not trusted either. The
    best proposal is kept. When its ``k`` and its variance ``k`` are at most
    ``min(1 - 1/log10(S), 0.7)`` for ``S`` draws the result is a weighted resample. The
    variance ``k`` is the largest Pareto ``k`` of the weights times a coordinate's squared
@@ -181,7 +178,6 @@ def forward_correction(
     attrs = {
         "pareto_k": weighted["k"],
         "pareto_k_variance": weighted["k_variance"],
-        "pareto_k_tails": weighted.get("k_tails", np.nan),
         "khat_threshold": weighted["threshold"],
         "importance_ess": weighted["ess"],
         "laplace_ok": int(weighted["laplace_ok"]),  # netCDF attributes cannot be booleans
@@ -590,26 +586,13 @@ def _reweight(
     best = None
     for kind in _CANDIDATES[proposal]:
         done = best is not None and _trusted(best) and _enough(best, target_ess)
-        if proposal == "auto" and best is not None:
-            if not laplace_ok:
-                break
-            # a further candidate only where the ones so far are not good enough; the
-            # Laplace t always, as it sees tails the moved draws cannot (below)
-            if done and kind != "laplace_t":
-                break
+        if proposal == "auto" and best is not None and (not laplace_ok or done):
+            break  # a further candidate only where the ones so far are not good enough
         if kind == "moved":
             Z, log_q = _moved(Zw, log_qw, mode, cov, shared, new, rng)
             this = _smoothed(_forward_logp(forward, Z, progressbar) - log_q, Z)
         elif kind == "laplace_t":
             this = mixture.add(mode, cov, S, rng)
-            if best is not None and not _trusted(this):
-                # the t has the Laplace covariance and heavier tails than the moved draws:
-                # where even its weights (or its variances) are not trusted, the target
-                # reaches beyond the Laplace fit where the moved draws never go, and their
-                # fine-looking weights cannot see it (two compartments from C alone: moved
-                # k 0.31, variance k 0.59, ESS 1430 of 2000, yet sds 0.6 of the exact ones;
-                # this t: k 0.69-0.97, variance k 0.88-0.97)
-                best["k_tails"] = _worst_k(this)
         else:
             # adaptive importance sampling: each batch a t with the weighted moments of all
             # draws so far, every draw weighed against the mixture of all batches
@@ -800,13 +783,12 @@ def _psis(log_w: np.ndarray) -> tuple[np.ndarray, float]:
 
 
 def _trusted(weighted: dict) -> bool:
-    """Whether the weights' Pareto k, the variance k and (for the moved draws) the tails'
-    k of the Laplace t are all at most the threshold."""
+    """Whether the weights' Pareto k and the variance k are both at most the threshold."""
     return _worst_k(weighted) <= weighted["threshold"]
 
 
 def _worst_k(weighted: dict) -> float:
-    return max(weighted["k"], weighted["k_variance"], weighted.get("k_tails", -np.inf))
+    return max(weighted["k"], weighted["k_variance"])
 
 
 def _resampled(weighted: dict, idata, rng) -> xr.DataTree:

@@ -84,12 +84,13 @@ class _Problem:
         self.bound = bound
         self.operator = model.has_operator_terms
         self.compiled = None
+        self.inputs = inputs  # numpy: the inputs are callables of time
         lsoda = solver["method"] == "LSODA"
         if self.operator and lsoda and supports_piecewise(model, inputs or {}):
             # doses or held inputs: compiled LSODA stretch by stretch (piecewise_solve)
             self.compiled = PiecewiseSolver(model, t, inputs)
-        elif self.operator:  # numpy: the inputs are callables of time
-            self.inputs = inputs
+        elif self.operator:
+            pass  # solve_ivp on the companion system (_integrate)
         elif lsoda:  # the same method, stepped in Fortran
             self.compiled = compiled_solver(model)
         else:

@@ -1,5 +1,7 @@
 """The forward-solve correction recovers a closed-form posterior by both routes."""
 
+import time
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -180,6 +182,24 @@ def test_nuts_route_beyond_its_budget_is_refused_and_pw_sample_keeps_the_weak_dr
         result = pw.sample(300, chains=2, progressbar=False, random_seed=4, correction_kwargs=opts)
     assert "corrected" not in result.posterior.attrs and "weak_posterior" not in result.children
     assert result["weak_check"].attrs["verdict"] == "differs"
+
+
+def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, monkeypatch):
+    """An estimate that was too low does not let the NUTS route run on: the sampler stops
+    when the budget is spent, with CorrectionTooCostly saying how far it got."""
+    from pymc_wendy.bayes import correction
+    from pymc_wendy.bayes.correction import CorrectionTooCostly
+
+    model, idata, _, _ = drift
+    monkeypatch.setattr(correction, "_nuts_seconds", lambda *args: 1e-3)
+    initial = pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1)
+    start = time.perf_counter()
+    with pytest.raises(CorrectionTooCostly, match="stopped when the budget of 1 s was spent"):
+        forward_correction(
+            idata, model, method="nuts", initial_state=initial, max_nuts_seconds=1.0,
+            draws=10**6, tune=10, chains=2, random_seed=0, progressbar=False,
+        )  # fmt: skip
+    assert time.perf_counter() - start < 120.0  # a million draws per chain were asked for
 
 
 def test_hostile_correction_options(drift):

@@ -144,8 +144,11 @@ def forward_correction(
         A time budget for the NUTS route: where it would run and its estimated time (the
         Laplace fit's seconds per gradient, times the weak sampler's mean steps per draw,
         times the draws and tuning steps of every chain, over the cores) exceeds this,
-        :class:`CorrectionTooCostly` is raised instead. ``pw.sample``'s automatic
-        correction uses it (:data:`~pymc_wendy.bayes.sampling.NUTS_BUDGET_FACTOR`).
+        :class:`CorrectionTooCostly` is raised instead. The budget also holds while NUTS
+        runs: an estimate that was too low (a forward posterior harder than the weak one,
+        more steps per draw) stops the sampler when the budget is spent, with the same
+        exception. ``pw.sample``'s automatic correction uses it
+        (:data:`~pymc_wendy.bayes.sampling.NUTS_BUDGET_FACTOR`).
 
     Returns
     -------
@@ -200,11 +203,18 @@ def forward_correction(
         n_solves = forward.n_solves
     else:
         nchains = chains or idata.posterior.sizes["chain"]
-        if max_nuts_seconds is not None:
-            estimate = _nuts_seconds(weighted, idata, draws, tune, nchains)
-            if estimate > max_nuts_seconds:
-                raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted)
-        result = _warm_nuts(fmodel, weighted, draws, tune, nchains, target_accept, rng, progressbar)
+        estimate = _nuts_seconds(weighted, idata, draws, tune, nchains)
+        if max_nuts_seconds is not None and estimate > max_nuts_seconds:
+            raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted)
+        try:
+            result = _warm_nuts(
+                fmodel, weighted, draws, tune, nchains, target_accept, rng, progressbar,
+                budget=max_nuts_seconds,
+            )  # fmt: skip
+        except _OverBudget as exc:
+            raise CorrectionTooCostly(
+                estimate, max_nuts_seconds, weighted, stopped=(exc.done, exc.total)
+            ) from None
         n_solves = forward.n_solves + int(result.sample_stats["n_steps"].sum())
         route = "nuts"
     result.attrs.update(
@@ -225,15 +235,35 @@ class CorrectionTooCostly(RuntimeError):
         Why the importance route was not trusted.
     """
 
-    def __init__(self, estimate: float, budget: float, weighted: dict):
+    def __init__(
+        self, estimate: float, budget: float, weighted: dict, stopped: tuple | None = None
+    ):
         self.estimate, self.budget = float(estimate), float(budget)
         self.pareto_k = float(weighted["k"])
         self.pareto_k_variance = float(weighted["k_variance"])
-        super().__init__(
+        why = (
             f"the importance weights' Pareto k ({self.pareto_k:.2f}, variance k "
-            f"{self.pareto_k_variance:.2f}) call for the forward NUTS route, estimated at "
-            f"{_duration(self.estimate)}, beyond the budget of {_duration(self.budget)}"
+            f"{self.pareto_k_variance:.2f}) call for the forward NUTS route"
         )
+        if stopped is None:
+            super().__init__(
+                f"{why}, estimated at {_duration(self.estimate)}, beyond the budget of "
+                f"{_duration(self.budget)}"
+            )
+        else:
+            super().__init__(
+                f"{why}, estimated at {_duration(self.estimate)}; it was stopped when the "
+                f"budget of {_duration(self.budget)} was spent, after {stopped[0]} of "
+                f"{stopped[1]} iterations"
+            )
+
+
+class _OverBudget(Exception):
+    """Raised by the NUTS route's per-draw callback when its deadline has passed."""
+
+    def __init__(self, done: int, total: int):
+        self.done, self.total = done, total
+        super().__init__(f"{done} of {total} iterations")
 
 
 def _duration(seconds: float) -> str:
@@ -844,9 +874,11 @@ def _mass_matrix(weighted: dict) -> np.ndarray:
     return _weighted_moments(weighted, cov)[1]
 
 
-def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar):
+def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar, budget=None):
     """NUTS on the forward model, each chain started at a proposal draw, the mass matrix
-    from :func:`_mass_matrix` (step size adapted in ``tune`` steps)."""
+    from :func:`_mass_matrix` (step size adapted in ``tune`` steps); :class:`_OverBudget`
+    once it has run ``budget`` seconds."""
+    stop = _deadline_callback(budget, chains * (draws + tune))
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
@@ -861,5 +893,21 @@ def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progre
             draws, tune=tune, chains=chains, step=step, initvals=initvals,
             cores=min(chains, len(os.sched_getaffinity(0))),
             random_seed=int(rng.integers(2**31)), progressbar=progressbar,
-            compile_kwargs={"mode": "CVM"},
+            compile_kwargs={"mode": "CVM"}, callback=stop,
         )  # fmt: skip
+
+
+def _deadline_callback(budget: float | None, total: int):
+    """A ``pm.sample`` callback raising :class:`_OverBudget` once ``budget`` seconds have
+    passed (PyMC closes its chains' processes when a callback raises)."""
+    if budget is None:
+        return None
+    deadline, done = time.perf_counter() + budget, 0
+
+    def callback(trace, draw):
+        nonlocal done
+        done += 1
+        if time.perf_counter() > deadline:
+            raise _OverBudget(done, total)
+
+    return callback

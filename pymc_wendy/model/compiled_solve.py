@@ -1,21 +1,31 @@
-"""Compiled forward solves: LSODA stepping on numba right-hand sides, batched over draws.
+"""Compiled forward solves: an explicit Runge-Kutta pair in numba, LSODA where the problem
+is stiff, batched over draws.
 
-The solver is scipy's ``odeint`` (ODEPACK's LSODA, compiled Fortran): it switches between an
-Adams method and BDF by itself, so stiff systems keep an implicit method (with the generated
-analytic Jacobian) and non-stiff ones do not pay for it. The right-hand side, its Jacobian
-and the forward-sensitivity system are generated from the sympy model and compiled by numba,
-so a call from the Fortran stepper costs about a microsecond instead of the tens of
-microseconds of a Python right-hand side under ``solve_ivp``'s Python stepping (FitzHugh-
-Nagumo, 513 output times: 3 ms against 0.15 s for ``Radau``).
+A solve first takes Dormand and Prince's 5(4) pair (DOPRI5), compiled by numba together with
+the model's generated right-hand side (:func:`~pymc_wendy.model.solver_templates.
+explicit_solve`): no Python between steps, about 0.1-0.2 microseconds per evaluation of a
+small model's right-hand side and its sensitivities. Hairer's stiffness test stops it within
+a few dozen steps when the problem is stiff for an explicit method (Robertson's kinetics:
+27 microseconds), and then scipy's ``odeint`` (ODEPACK's LSODA, compiled Fortran) solves it,
+switching between Adams and BDF by itself, with the generated analytic Jacobian; its
+right-hand side is numba-compiled too but called through Python, about 2-4 microseconds per
+call. Measured on the lynx-hare posterior's sensitivities (Lotka-Volterra, 21 yearly
+outputs): 0.4 ms against LSODA's 3.5-4 ms; at the catalogue's 513 output times the explicit
+pair steps to every output time, so its gain there is smaller (1.5-12 times, and 0.5-0.7
+times LSODA's speed on the two smoothest problems, pk_oral and protein_transduction). At
+the default tolerances its global error is 10-1000 times below LSODA's
+(``benchmarks/forward_solve.py``).
 
-Candidates we compared (``docs/forward.md``): ``solve_ivp`` (all stepping in Python),
-numbalsoda (LSODA callable from numba, but on PyPI only as a source archive that needs a
-Fortran compiler, last released 2022), scikit-sundae (CVODE wheels, Python callbacks, a new
-dependency), diffrax (JAX: fast and batched, but JAX is a peer, not a core dependency).
-``odeint`` is maintained with scipy, already a dependency, and stiff-capable.
+Candidates we compared for the stiff fallback (``docs/forward.md``): ``solve_ivp`` (all
+stepping in Python), numbalsoda (LSODA callable from numba, but on PyPI only as a source
+archive that needs a Fortran compiler, last released 2022), scikit-sundae (CVODE wheels,
+Python callbacks, a new dependency), diffrax (JAX: fast and batched, but JAX is a peer, not a
+core dependency). ``odeint`` is maintained with scipy, already a dependency, and
+stiff-capable.
 
-Only first-order models without inputs take this path (:func:`supports`); the others (inputs
-with breakpoints, bolus doses, derivative terms) keep :func:`~pymc_wendy.model.simulate.solve`.
+Only first-order models without inputs take this path (:func:`supports`); dosed and held
+inputs take it stretch by stretch (:mod:`~pymc_wendy.model.piecewise_solve`), the others
+(derivative terms, other inputs) keep :func:`~pymc_wendy.model.simulate.solve`.
 """
 
 from __future__ import annotations
@@ -34,6 +44,12 @@ from pymc_wendy.model.ode import ODEModel
 __all__ = ["CompiledSolver", "compiled_solver", "supports"]
 
 _SUCCESS = "Integration successful."
+
+# The explicit solver's step budget, beyond which the problem counts as stiff and LSODA takes
+# over: generous for non-stiff problems (a few steps per output time), small enough that a
+# stiff one wastes a few milliseconds before the switch.
+_EXPLICIT_STEPS_PER_OUTPUT = 20
+_EXPLICIT_STEPS_BASE = 5000
 
 
 class SolveFailed(RuntimeError):
@@ -76,6 +92,7 @@ def _build(model: ODEModel) -> CompiledSolver:
         *IMPORTS,
         "",
         f"D, J, P = {D}, {J}, {D + J}",
+        "from pymc_wendy.model.solver_templates import DOPRI_A, DOPRI_C, DOPRI_E",
     ]
     for name in ("f", "f_u", "f_p"):
         lines += jitted(name, model.numba_function(name).py_func.__source__)
@@ -87,7 +104,9 @@ def _build(model: ODEModel) -> CompiledSolver:
             f"{fn.__name__} = numba.njit(cache=True)({fn.__name__})",
         ]
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")
-    return CompiledSolver(model, module.rhs, module.jac, module.sensitivity_rhs)
+    return CompiledSolver(
+        model, module.rhs, module.jac, module.sensitivity_rhs, module.explicit_solve
+    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -103,6 +122,16 @@ class CompiledSolver:
     rhs: Callable
     jac: Callable
     sensitivity_rhs: Callable
+    explicit: Callable
+
+    def _stepped(self, y0, t, p, rtol, atol, max_steps, sens: bool) -> np.ndarray:
+        """The explicit solver's solution, else (a stiff problem, a blow-up) LSODA's."""
+        total = _EXPLICIT_STEPS_PER_OUTPUT * t.size + _EXPLICIT_STEPS_BASE
+        Y, status = self.explicit(y0, t, p, rtol, atol, max_steps, total, sens)
+        if status == 0 and np.all(np.isfinite(Y)):
+            return Y
+        fn, jac = (self.sensitivity_rhs, None) if sens else (self.rhs, self.jac)
+        return self._odeint(fn, y0, t, p, jac, rtol, atol, max_steps)
 
     def _odeint(self, fn, y0, t, p, jac, rtol, atol, max_steps) -> np.ndarray:
         with warnings.catch_warnings():
@@ -145,7 +174,7 @@ class CompiledSolver:
         # writable copies: numba compiles a second version for read-only arrays
         p = np.array(p, dtype=float)
         u0 = np.array(u0, dtype=float)
-        return self._odeint(self.rhs, u0, t, p, self.jac, rtol, atol, max_steps)
+        return self._stepped(u0, np.asarray(t, dtype=float), p, rtol, atol, max_steps, False)
 
     def solve_many(
         self,
@@ -196,5 +225,5 @@ class CompiledSolver:
         y0[:D] = u0
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
         p = np.array(p, dtype=float)
-        Y = self._odeint(self.sensitivity_rhs, y0, t, p, None, rtol, atol, max_steps)
+        Y = self._stepped(y0, np.asarray(t, dtype=float), p, rtol, atol, max_steps, True)
         return Y[:, :D], Y[:, D:].reshape(-1, D, P)

@@ -1,4 +1,4 @@
-"""Time the compiled forward solve (LSODA on numba right-hand sides) against scipy's solve_ivp.
+"""Time the compiled forward solve (DOPRI5 in numba, LSODA when stiff) against scipy's solve_ivp.
 
 Three parts, in one run:
 
@@ -29,6 +29,13 @@ Three parts, in one run:
    default grids): the exact stage's ``ForwardSolver``, compiled stretch by stretch between
    the doses (``model/piecewise_solve.py``), against the same solves on the ``solve_ivp``
    route, values and sensitivities, and the two routes' difference.
+
+5. The compiled solver's two paths at the exact stage's tolerances (rtol 1e-8, atol 1e-10):
+   the sensitivity solve of every catalogue problem it takes, and Robertson's, by the explicit
+   pair (DOPRI5 in numba, ``CompiledSolver.explicit``) and by LSODA (``odeint`` on the same
+   numba functions), at 21 and at ``--points`` output times; the path the solver takes (the
+   explicit pair's status: 0 solved, 3 stiff) and the largest difference of the two
+   relative to the largest value.
 
 Run:  python benchmarks/forward_solve.py [--points 513] [--repeats 5] [--draws 200]
       [--problems a,b] [--skip-pymc] [--json PATH]
@@ -352,6 +359,47 @@ def dosed(repeats: int) -> list[dict]:
     return rows
 
 
+def _sensitivity_start(model, u0) -> np.ndarray:
+    D, P = model.n_states, model.n_params + model.n_states
+    y0 = np.zeros(D + D * P)
+    y0[:D] = u0
+    y0[D:].reshape(D, P)[:, model.n_params :] = np.eye(D)
+    return y0
+
+
+def explicit_vs_lsoda(n_points: int, repeats: int) -> list[dict]:
+    """Part 5: the explicit pair against LSODA on the sensitivity system."""
+    rtol, atol, steps = 1e-8, 1e-10, 5000
+    rows = []
+    print(f"{'problem':<21} {'points':>6} {'status':>6} {'explicit ms':>11} {'LSODA ms':>9} "
+          f"{'ratio':>6} {'difference':>10}")  # fmt: skip
+    for name, model, p, u0, span, _ in _cases(None):
+        solver = compiled_solver(model)
+        p, y0 = np.asarray(p, float), _sensitivity_start(model, np.asarray(u0, float))
+        for n in (21, n_points):
+            t = np.linspace(*span, n)
+            total = 20 * n + 5000
+            explicit = partial(solver.explicit, y0, t, p, rtol, atol, steps, total, True)
+            lsoda = partial(
+                solver._odeint, solver.sensitivity_rhs, y0, t, p, None, rtol, atol, steps
+            )
+            Y, status = explicit()
+            ref = lsoda()
+            diff = float(np.max(np.abs(Y - ref)) / np.max(np.abs(ref))) if status == 0 else np.nan
+            row = {
+                "problem": name, "points": n, "status": int(status), "difference": diff,
+                "explicit_ms": 1e3 * _median_time(explicit, repeats),
+                "lsoda_ms": 1e3 * _median_time(lsoda, repeats),
+            }  # fmt: skip
+            rows.append(row)
+            print(
+                f"{name:<21} {n:>6} {status:>6} {row['explicit_ms']:>11.3f} "
+                f"{row['lsoda_ms']:>9.3f} {row['lsoda_ms'] / row['explicit_ms']:>6.1f} "
+                f"{diff:>10.1e}"
+            )
+    return rows
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--points", type=int, default=513)
@@ -371,6 +419,8 @@ def main(argv=None) -> None:
     _print_predictive(results["predictive"])
     print("\n4. dosed models, the exact stage's solves: compiled piecewise / solve_ivp")
     results["dosed"] = dosed(args.repeats)
+    print("\n5. sensitivity solves: the explicit pair (DOPRI5) / LSODA, rtol 1e-8")
+    results["explicit"] = explicit_vs_lsoda(args.points, args.repeats)
     if not args.skip_pymc:
         print("\n3. pm.sample_posterior_predictive, FitzHugh-Nagumo, 513 points")
         results["pymc"] = pymc_predictive(args.draws, args.seed)

@@ -26,6 +26,7 @@ UNSUPPORTED = ["head_acceleration", "pk_iv_doses", "pk_oral_doses", "pk_two_comp
 N_POINTS = 257
 TOL = 1e-6  # agreement with the reference, relative to the solution's max |u|
 
+
 #: CompiledSolver.solve at its own defaults (rtol 1e-8, atol 1e-10) misses 1e-6 on these
 #: (measured: Hindmarsh-Rose 2.5e-5, FitzHugh-Nagumo 1.06e-6); pw.solve, which asks it for a
 #: tenth of its own tolerances, is within 1.1e-7 on every problem

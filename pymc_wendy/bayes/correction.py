@@ -720,18 +720,25 @@ def _initial_state_start(forward: _Forward, x0: np.ndarray, new: np.ndarray, rng
     """``x0`` with the new initial states (coordinates ``new``) at the best of their prior's
     centre and :data:`_INITIAL_STATE_DRAWS` draws of their prior, by the forward
     log-density with the rest held: the centre of a data-based prior is a noisy data point,
-    from which the solution may not exist (a negative population, say)."""
+    from which the solution may not exist (a negative population, say). One initial state
+    at a time: with several terms (a hierarchical model's units), a joint draw good for
+    every unit at once is rare."""
     names = [
         rv.name for rv in forward.space.rvs if np.isin(forward.space.where[rv.name], new).all()
     ]
     n = _INITIAL_STATE_DRAWS
-    draws = pm.draw([forward.model[name] for name in names], draws=n, random_seed=rng)
-    values = {k: np.repeat(v, n, axis=0) for k, v in forward.constrained(x0).items()}
-    values.update(zip(names, draws, strict=True))
-    candidates = np.repeat(x0[None], n + 1, axis=0)
-    candidates[1:, new] = forward.space.from_constrained(values)[:, new]
-    logp = forward.logp(candidates)
-    return candidates[int(np.argmax(logp))] if np.isfinite(logp).any() else x0
+    x = x0.copy()
+    for name in names:
+        where = forward.space.where[name]
+        draws = pm.draw(forward.model[name], draws=n, random_seed=rng)
+        values = {k: np.repeat(v, n, axis=0) for k, v in forward.constrained(x).items()}
+        values[name] = draws
+        candidates = np.repeat(x[None], n + 1, axis=0)
+        candidates[1:, where] = forward.space.from_constrained(values)[:, where]
+        logp = forward.logp(candidates)
+        if np.isfinite(logp).any():
+            x = candidates[int(np.argmax(logp))]
+    return x
 
 
 def _forward_logp(forward: _Forward, Z: np.ndarray, progressbar: bool) -> np.ndarray:

@@ -101,7 +101,8 @@ def _build(model: ODEModel) -> CompiledSolver:
             "",
             "",
             solver_templates.SOURCES[fn.__name__],
-            f"{fn.__name__} = numba.njit(cache=True)({fn.__name__})",
+            # numpy's error model: a blow-up gives inf (a failed solve), not ZeroDivisionError
+            f"{fn.__name__} = numba.njit(cache=True, error_model='numpy')({fn.__name__})",
         ]
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")
     return CompiledSolver(

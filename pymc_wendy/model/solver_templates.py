@@ -106,6 +106,7 @@ DOPRI_E = np.array(
 )  # fmt: skip
 
 
+# long: the stages, the error control and the stiffness test share the step's arrays
 def explicit_solve(y0, t, p, rtol, atol, max_steps, max_total, sens):
     """Dormand and Prince's explicit Runge-Kutta 5(4) pair (DOPRI5; Hairer, Norsett and
     Wanner, Solving ODEs I, II.4-5: starting step, step control) from ``t[0]``, landing on
@@ -143,6 +144,8 @@ def explicit_solve(y0, t, p, rtol, atol, max_steps, max_total, sens):
         K[1, i] -= K[0, i]
     top = max(d1, _error_norm(K[1], y, y, rtol, atol) / h)
     h = min(100.0 * h, max(1e-6, h * 1e-3) if top <= 1e-15 else (0.01 / top) ** 0.2)
+    if not h > 0.0:  # a derivative that is not finite at the start: a blow-up
+        return Y, 2
     total = 0
     for m in range(1, t.size):
         tc, steps, rejected = t[m - 1], 0, False

@@ -361,8 +361,6 @@ def sample(
         idata.posterior.attrs["whitened"] = 1
     if hierarchical and isinstance(idata, xr.DataTree):
         idata.posterior.attrs["target_accept"] = kwargs["target_accept"]
-    if isinstance(idata, xr.DataTree):
-        _warn_divergences(idata, scales)
     if not isinstance(idata, xr.DataTree):  # return_inferencedata=False: draws as they are
         return idata
     options = {
@@ -371,7 +369,12 @@ def sample(
         "log_likelihood": log_likelihood,
         "weak_seconds": weak_seconds,
     }
-    return exact_by_default(idata, model, correction, check, correction_kwargs, **options)
+    result = exact_by_default(idata, model, correction, check, correction_kwargs, **options)
+    if "corrected" not in result.posterior.attrs:
+        # the weak draws are the result: where their divergences sit; a corrected result
+        # replaced them (its own sampler reports its divergences)
+        _warn_divergences(idata, scales)
+    return result
 
 
 def check_result_options(correction, check) -> None:

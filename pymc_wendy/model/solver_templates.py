@@ -37,25 +37,20 @@ def jac(t, y, p):
 def sensitivity_rhs(t, y, p):
     """The state and ``dS/dt = f_u S + [f_p, 0]``, ``S = du/d(p, u0)`` stored row-major
     (D, P) after the state."""
-    tt = np.full(1, t)
-    u = np.ascontiguousarray(y[:D]).reshape(1, D)
-    F = f(tt, u, p, np.zeros((1, D)))
-    A = f_u(tt, u, p, np.zeros((1, D, D)))
-    B = f_p(tt, u, p, np.zeros((1, D, J)))
     out = np.empty(D + D * P)
-    out[:D] = F[0]
-    for d in range(D):
-        for k in range(P):
-            acc = B[0, d, k] if k < J else 0.0
-            for e in range(D):
-                acc += A[0, d, e] * y[D + e * P + k]
-            out[D + d * P + k] = acc
+    _derivative(t, y, p, True, out, _work())
     return out
+
+
+def _work():
+    """The buffers of :func:`_derivative`: time, state, ``f``, ``f_u``, ``f_p``."""
+    return (np.zeros(1), np.zeros((1, D)), np.zeros((1, D)), np.zeros((1, D, D)),
+            np.zeros((1, D, J)))  # fmt: skip
 
 
 def _derivative(t, y, p, sens, out, work):
     """The right-hand side the explicit solver steps, written into ``out``: the state's, or
-    with ``sens`` the state's and its sensitivities' (as :func:`sensitivity_rhs`).
+    with ``sens`` the state's and its sensitivities' (:func:`sensitivity_rhs`).
     ``work = (tt, u, F, A, B)`` are buffers reused across calls (the generated functions
     only ever assign the same entries, so entries left zero stay zero)."""
     tt, u, F, A, B = work
@@ -120,13 +115,7 @@ def explicit_solve(y0, t, p, rtol, atol, max_steps, max_total, sens):
     stability boundary 3.25 on 15 accepted steps, with no run of 6 steps inside it between."""
     a, c, e = DOPRI_A, DOPRI_C, DOPRI_E
     n = y0.size
-    work = (
-        np.zeros(1),
-        np.zeros((1, D)),
-        np.zeros((1, D)),
-        np.zeros((1, D, D)),
-        np.zeros((1, D, J)),
-    )
+    work = _work()
     K = np.zeros((7, n))
     y, y1, stage, y6 = y0.copy(), np.empty(n), np.empty(n), np.empty(n)
     stiff, nonstiff = 0, 0
@@ -207,7 +196,7 @@ def explicit_solve(y0, t, p, rtol, atol, max_steps, max_total, sens):
 
 
 #: the functions a solver module compiles, in order
-FUNCTIONS = (rhs, jac, sensitivity_rhs, _derivative, _error_norm, explicit_solve)
+FUNCTIONS = (rhs, jac, _work, _derivative, sensitivity_rhs, _error_norm, explicit_solve)
 
 #: their sources as imported (:func:`pymc_wendy._codecache.sources`)
 SOURCES = sources(*FUNCTIONS)

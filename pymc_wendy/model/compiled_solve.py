@@ -9,12 +9,11 @@ a few dozen steps when the problem is stiff for an explicit method (Robertson's 
 27 microseconds), and then scipy's ``odeint`` (ODEPACK's LSODA, compiled Fortran) solves it,
 switching between Adams and BDF by itself, with the generated analytic Jacobian; its
 right-hand side is numba-compiled too but called through Python, about 2-4 microseconds per
-call. Measured on the lynx-hare posterior's sensitivities (Lotka-Volterra, 21 yearly
-outputs): 0.4 ms against LSODA's 3.5-4 ms; at the catalogue's 513 output times the explicit
-pair steps to every output time, so its gain there is smaller (1.5-12 times, and 0.5-0.7
-times LSODA's speed on the two smoothest problems, pk_oral and protein_transduction). At
-the default tolerances its global error is 10-1000 times below LSODA's
-(``benchmarks/forward_solve.py``).
+call. Sensitivity solves at 21 output times (a sparse real series): 1.9-17 times faster
+than LSODA over the catalogue (Lotka-Volterra 0.42 against 7.1 ms). At 513 output times the
+explicit pair steps to every output time, so its gain is smaller (1.1-15 times), and on
+protein transduction it is 4 times slower than LSODA. At the default tolerances its global
+error is 10-1000 times below LSODA's (``benchmarks/forward_solve.py``, parts 1 and 5).
 
 Candidates we compared for the stiff fallback (``docs/forward.md``): ``solve_ivp`` (all
 stepping in Python), numbalsoda (LSODA callable from numba, but on PyPI only as a source
@@ -45,9 +44,9 @@ __all__ = ["CompiledSolver", "compiled_solver", "supports"]
 
 _SUCCESS = "Integration successful."
 
-# The explicit solver's step budget, beyond which the problem counts as stiff and LSODA takes
-# over: generous for non-stiff problems (a few steps per output time), small enough that a
-# stiff one wastes a few milliseconds before the switch.
+# The explicit solver's step budget, beyond which LSODA takes over: a backstop behind the
+# stiffness test (a mildly stiff problem the test does not flag), generous for non-stiff
+# problems, which take a few steps per output time.
 _EXPLICIT_STEPS_PER_OUTPUT = 20
 _EXPLICIT_STEPS_BASE = 5000
 

@@ -149,12 +149,13 @@ def check_weak(
     new = np.setdiff1d(np.arange(forward.space.size), shared)
     starts, step = _starts(forward, Zw[rows], log_qw, shared, new, rng)
     growth, share = _sensitivity_growth(forward, starts[0])
+    gradient = _Gradient(fmodel, forward.space)  # compiled once: each build is a compile
     mode, cov = None, None
     if share > CHAOS_NOISE_SHARE:
         # an initial state the weak model does not have starts at a prior draw, whose orbit
         # can be far more sensitive than the data's (a wide Lotka-Volterra cycle: 2e6 where
         # the fitted one gives 1e2): judge at the forward model's mode where it has one
-        mode, cov = _fit_laplace(_Gradient(fmodel, forward.space), starts[:1], new, step)
+        mode, cov = _fit_laplace(gradient, starts[:1], new, step)
         if cov is not None:
             growth, share = _sensitivity_growth(forward, mode)
     if share > CHAOS_NOISE_SHARE:
@@ -165,9 +166,9 @@ def check_weak(
         )
         return _finish(model, "skipped", note, start, warn=False)
     if mode is None:
-        mode, cov = _fit_laplace(_Gradient(fmodel, forward.space), starts[:1], new, step)
+        mode, cov = _fit_laplace(gradient, starts[:1], new, step)
     if cov is None:  # from the weak draw of largest density instead of the weak mean
-        mode, cov = _fit_laplace(_Gradient(fmodel, forward.space), starts[1:], new, step)
+        mode, cov = _fit_laplace(gradient, starts[1:], new, step)
     if cov is None:
         note = "the forward model's Laplace fit has no proper covariance at its mode"
         return _finish(model, "failed", note, start, warn)

@@ -86,14 +86,13 @@ class _Problem:
         self.compiled = None
         self.inputs = inputs  # numpy: the inputs are callables of time
         lsoda = solver["method"] == "LSODA"
+        # models with derivative terms and other inputs: solve_ivp on the companion system
         if self.operator and lsoda and supports_piecewise(model, inputs or {}):
-            # doses or held inputs: compiled LSODA stretch by stretch (piecewise_solve)
+            # doses or held inputs: compiled stretch by stretch (piecewise_solve)
             self.compiled = PiecewiseSolver(model, t, inputs)
-        elif self.operator:
-            pass  # solve_ivp on the companion system (_integrate)
-        elif lsoda:  # the same method, stepped in Fortran
+        elif not self.operator and lsoda:  # compiled stepping
             self.compiled = compiled_solver(model)
-        else:
+        elif not self.operator:
             self.rhs = compiled_solver(model).sensitivity_rhs
         self.D, self.J = len(model.companion_states), model.n_params
         self.cols = model.observed_columns

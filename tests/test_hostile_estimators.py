@@ -187,3 +187,15 @@ def test_rank_test_is_invariant_to_parameter_units():
     A[:, 2] = 3e-7 * A[:, 0] - A[:, 1]
     flat = identifiability.jacobian_identifiability(A, ["x", "y", "z"])
     assert not flat.identifiable and flat.null_params == ("y", "z")  # x: 3e-7 of it
+
+
+def test_a_trial_point_with_an_infinite_value_and_nan_gradient_does_not_crash():
+    # pk_oral, 257 points, 10 % log-normal noise, seed 3: a trust-region trial point (V < 0)
+    # gave NLL inf with a NaN gradient; scipy's subproblem raised "array must not contain
+    # infs or NaNs" from deep inside trust-exact instead of a result
+    prob = pw.get_problem("pk_oral")
+    data = prob.simulate(subsample=4, noise_ratio=0.1, seed=3)
+    res, caught = _fit(prob.model, data.t, data.U, noise=prob.noise, bounds=prob.bounds)
+    assert np.all(np.isfinite(res.x))
+    assert res.success == np.all(np.isfinite(res.stderr))
+    assert res.success or caught  # a failure is said

@@ -38,9 +38,15 @@ TRUST_CONSTR = frozenset(
 def _value_and_grad(lik: Likelihood):
     def fun(p):
         try:
-            return lik.nll_grad(p)
+            value, grad = lik.nll_grad(p)
         except WeakLikelihoodError:
             return np.inf, np.zeros_like(p)
+        if not np.isfinite(value):
+            # an overflow outside the domain gives inf with a NaN gradient: scipy's
+            # trust-region subproblem then fails on the NaN ("array must not contain infs
+            # or NaNs", pk_oral at a trial point with V < 0); the trial is rejected on its value
+            return np.inf, np.zeros_like(p)
+        return value, grad
 
     return fun
 
@@ -83,6 +89,8 @@ class _NewtonModel:
             try:
                 self._value, self._grad, self._state = self.lik.newton_point(p)
             except WeakLikelihoodError:
+                self._value = np.inf
+            if not np.isfinite(self._value):  # as in _value_and_grad: inf with NaN gradient
                 self._value, self._grad, self._state = np.inf, np.zeros_like(self._x), None
         return self._value, self._grad.copy()
 

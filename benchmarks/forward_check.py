@@ -13,14 +13,21 @@ Cells (problem, points, noise ratio, variant), seeded data sets ``0..n-1`` each:
 - ``known``: Lotka-Volterra with the wrong known initial state ``[5, 5]`` (the data start near
   ``[1.09, 0.91]``), 257, 513 and 1025 points.
 - ``lorenz``: Lorenz over 10, 20 and 30 time units, 513 points, 5 and 20 %.
+- ``carrying``: logistic data at the carrying capacity (``u0 = K``, ``p = [1, 1]``: any
+  ``a = b`` fits as well), 257 and 513 points, 1, 5 and 10 % noise: the information check
+  (weak covariance against the forward Cramer-Rao bound) should fire on every one.
+
+The information check's ratio (``history["forward_check"]["information_ratio"]``: the least
+weak variance over the forward bound, over all directions) is recorded with each run; a
+status ``"overconfident"`` is that check firing.
 
 Per run: whether the fit succeeded, its status, the check's verdict, residual sd over noise
 sd per state, the check's time and the fit's without it, the z-scores of the estimate.
 Records go to ``benchmarks/results/forward_check/<group>.jsonl`` (one line per run; existing
 runs are kept).
 
-Run:  python benchmarks/forward_check.py [--groups silent,others,lv21,known,lorenz]
-      [--seeds 20] [--report-only]
+Run:  python benchmarks/forward_check.py [--groups silent,others,lv21,known,lorenz,carrying]
+      [--seeds 20] [--report-only] [--out DIR]
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ def _fit_record(prob, data, **kwargs) -> dict:
             else [float(r) for r in entry["recovery_ratio"]]
         ),
         "growth": entry.get("growth"),
+        "information_ratio": entry.get("information_ratio"),
         "check_s": check_time,
         "fit_s": float(res.wall_time) - check_time,
         "x": res.x.tolist(),
@@ -75,6 +83,11 @@ def _fit_record(prob, data, **kwargs) -> dict:
 
 
 def _data(prob, n_points, noise, seed, t_end=None):
+    if prob.name == "logistic" and t_end == "carrying":
+        return pw.simulate(
+            prob.model, [1.0, 1.0], [1.0], (0.0, 10.0), n_points=n_points, noise_ratio=noise,
+            seed=seed,
+        )  # fmt: skip
     if t_end is None:
         return prob.simulate(n_points=n_points, noise_ratio=noise, seed=seed)
     return pw.simulate(
@@ -108,6 +121,12 @@ def cells(group: str, seeds: int):
                 for seed in range(max(1, seeds // 4)):
                     yield {"problem": "lorenz", "n": 513, "noise": noise, "seed": seed,
                            "t_end": t_end}  # fmt: skip
+    elif group == "carrying":
+        for n in (257, 513):
+            for noise in (0.01, 0.05, 0.1):
+                for seed in range(max(1, seeds // 4)):
+                    yield {"problem": "logistic", "n": n, "noise": noise, "seed": seed,
+                           "t_end": "carrying"}  # fmt: skip
 
 
 def run_one(group: str, cell: dict) -> dict:
@@ -155,18 +174,21 @@ def report(group: str) -> None:
         key = (r["problem"], r["n"], r["noise"], r.get("variant", ""), r.get("t_end", ""))
         by.setdefault(key, []).append(r)
     print(f"\n## {group}")
-    print("| cell | runs | fired | skipped | solve failed | max ratio | median check s | "
-          "median fit s |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+    print("| cell | runs | fired | skipped | solve failed | max ratio | overconfident | "
+          "least information ratio | median check s | median fit s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key, rs in sorted(by.items(), key=lambda kv: str(kv[0])):
         fired = sum(r["verdict"] == "misfit" for r in rs)
         skipped = sum(r["verdict"] == "skipped" for r in rs)
         failed = sum(r["verdict"] == "solve_failed" for r in rs)
         ratios = [max(r["ratio"]) for r in rs if r["ratio"]]
+        info = [r["information_ratio"] for r in rs if r.get("information_ratio") is not None]
+        over = sum(r["status"] == "overconfident" for r in rs)
         cell = ", ".join(str(k) for k in key if k != "")
         print(
             f"| {cell} | {len(rs)} | {fired} | {skipped} | {failed} | "
-            f"{max(ratios) if ratios else float('nan'):.2f} | "
+            f"{max(ratios) if ratios else float('nan'):.2f} | {over} | "
+            f"{min(info) if info else float('nan'):.3g} | "
             f"{np.median([r['check_s'] for r in rs]):.3f} | "
             f"{np.median([r['fit_s'] for r in rs]):.2f} |"
         )
@@ -204,7 +226,10 @@ def main() -> None:
     ap.add_argument("--groups", default="silent,others,lv21,known,lorenz")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--out", type=Path, default=None, help="records directory")
     args = ap.parse_args()
+    global ROOT
+    ROOT = args.out or ROOT
     ROOT.mkdir(parents=True, exist_ok=True)
     for group in args.groups.split(","):
         if not args.report_only:

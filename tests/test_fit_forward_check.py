@@ -190,3 +190,62 @@ def test_silent_on_well_specified_catalogue_data():
             data = prob.simulate(noise_ratio=0.1, subsample=2, seed=seed)
             res = pw.fit(prob.model, data.t, data.U, **kw)
             assert res.history["forward_check"]["verdict"] == "passed", (name, seed)
+
+
+# --- the information check: weak standard errors against the forward Cramer-Rao bound ------
+def test_logistic_at_its_carrying_capacity_is_not_a_confident_fit():
+    """Issue 54, defect 2: data at the carrying capacity, where any ``a = b`` fits as well;
+    the weak fit returned ``a = b`` near 0 with standard errors 0.26, 3.5-3.8 se from the
+    generating [1, 1], and ``success=True``."""
+    t = np.linspace(0.0, 10.0, 257)
+    U = 1.0 + 0.01 * np.random.default_rng(0).standard_normal((t.size, 1))
+    with pytest.warns(FitWarning, match="claim more than the data hold") as record:
+        res = pw.fit(LOGISTIC.model, t, U)
+    message = str(record[0].message)
+    assert "p1, p2" in message and "method='hybrid'" in message
+    assert res.success is False and res.status == "overconfident"
+    check = res.history["forward_check"]
+    assert check["verdict"] == "passed"  # the solution does fit the data
+    assert check["information_ratio"] < fc.INFORMATION_FLOOR
+    assert check["overconfident"] == ("p1", "p2")
+    assert np.all(np.isfinite(res.stderr))  # the covariances are kept, the status says why
+    assert np.max(np.abs(res.x - 1.0) / res.stderr) > 3  # what the warning is about
+
+
+@pytest.mark.parametrize(
+    ("problem", "initial_state"), [(LV, None), (LV, "known"), (LOGISTIC, None)]
+)
+def test_weak_covariance_meets_the_forward_bound_on_well_posed_fits(problem, initial_state):
+    # at 5 % noise on 513 points WENDy-MLE is about as efficient as the forward model's
+    # maximum likelihood: its least variance ratio to the Cramer-Rao bound is near 1 (not
+    # just above the floor), so a wrong information matrix (a missing Schur complement, a
+    # log-scale factor) fails here
+    data = problem.simulate(noise_ratio=0.05, subsample=2, seed=3)
+    kw = {} if initial_state is None else {"initial_state": problem.u0}
+    res = pw.fit(problem.model, data.t, data.U, **kw)
+    check = res.history["forward_check"]
+    assert res.success and check["information_note"] == ""
+    assert 0.8 < check["information_ratio"] < 1.25
+
+
+def test_information_ratio_does_not_depend_on_the_parameters_units():
+    rng = np.random.default_rng(2)
+    A = rng.standard_normal((40, 3))
+    F = A.T @ A
+    cov = np.linalg.inv(F) * np.array([[1.0, 0.3, 0.0], [0.3, 1.0, 0.0], [0.0, 0.0, 0.04]])
+    entry = {"information": F}
+    assert fc.compare_information(entry, cov, ["a", "b", "c"])
+    assert entry["overconfident"] == ("c",)
+    scale = np.array([1e-6, 1.0, 1e4])  # p -> p / scale
+    scaled = {"information": F * np.outer(scale, scale)}
+    assert fc.compare_information(scaled, cov / np.outer(scale, scale), ["a", "b", "c"])
+    assert scaled["information_ratio"] == pytest.approx(entry["information_ratio"], rel=1e-8)
+    assert scaled["overconfident"] == ("c",)
+
+
+def test_no_information_for_noise_that_changes_with_the_solution():
+    data = LOGISTIC.simulate(noise_ratio=0.05, subsample=4, seed=2, noise="proportional")
+    res = pw.fit(LOGISTIC.model, data.t, data.U, noise="proportional")
+    check = res.history["forward_check"]
+    assert check["information"] is None and "changes with the solution" in check["information_note"]
+    assert check["information_ratio"] is None

@@ -12,7 +12,13 @@ import numpy as np
 
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy.estimators import registry
-from pymc_wendy.estimators._forward_check import filter_dof, forward_check, misfit_message
+from pymc_wendy.estimators._forward_check import (
+    compare_information,
+    filter_dof,
+    forward_check,
+    misfit_message,
+    overconfidence_message,
+)
 from pymc_wendy.estimators._problem import prepare
 from pymc_wendy.estimators.identifiability import assess
 from pymc_wendy.estimators.output_error import residual_noise_of_data
@@ -23,6 +29,7 @@ from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.weak import bias
+from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import (
     SHORT_SERIES,
     Noise,
@@ -184,8 +191,11 @@ def fit(
         one forward solve (the known ``initial_state``, else one fitted to all the data):
         forward residuals too large for the noise level give ``success=False``, status
         ``"forward_misfit"`` and a :class:`FitWarning` pointing to ``method="hybrid"``; a
-        forward solve that fails at the estimate, a warning. ``history["forward_check"]``
-        keeps the numbers (:mod:`pymc_wendy.estimators._forward_check`, ``docs/data.md``).
+        forward solve that fails at the estimate, a warning; weak standard errors below half
+        the forward model's Cramer-Rao bound in some direction (a combination the data
+        hardly determine), ``success=False``, status ``"overconfident"`` and a warning.
+        ``history["forward_check"]`` keeps the numbers
+        (:mod:`pymc_wendy.estimators._forward_check`, ``docs/estimators.md``).
 
     Examples
     --------
@@ -436,3 +446,18 @@ def _check_forward(
         warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
     elif entry["verdict"] == "solve_failed":
         warnings.warn(f"{res.method}: {entry['note']}", FitWarning, stacklevel=stacklevel)
+    elif _overconfident(res, entry):
+        res.success = False
+        res.status = "overconfident"
+        res.message = f"{overconfidence_message(entry)} (estimator: {res.message})"
+        warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
+
+
+def _overconfident(res: FitResult, entry: dict) -> bool:
+    """The weak covariance of a checked fit against the forward Cramer-Rao bound
+    (:func:`._forward_check.compare_information`)."""
+    try:
+        cov = res.covariance()
+    except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
+        return False  # no covariance to compare: the identifiability check said why
+    return compare_information(entry, cov, res.param_names)

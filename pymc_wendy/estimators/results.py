@@ -125,7 +125,11 @@ class FitResult:
         and the short-series default). ``"forward_misfit"``: the ODE solution at a
         weak-form estimate (``"mle"``, ``"irls"``, ``"wls"``), from the known or a fitted
         initial state, misses the data by more than the noise level allows
-        (``history["forward_check"]``; refit with ``method="hybrid"``). ``"failed"``: the
+        (``history["forward_check"]``; refit with ``method="hybrid"``).
+        ``"overconfident"``: it fits the data, but its standard errors are below half the
+        forward model's Cramer-Rao bound along some combination of parameters, which the
+        data then hardly determine (``history["forward_check"]["information_ratio"]``; the
+        covariances are kept, refit with ``method="hybrid"``). ``"failed"``: the
         estimator could not evaluate
         its objective at the point it returns (output error whose forward solves all
         failed); ``x`` is then where it stopped, and every covariance, standard error and

@@ -126,7 +126,7 @@ class FitResult:
         weak-form estimate (``"mle"``, ``"irls"``, ``"wls"``), from the known or a fitted
         initial state, misses the data by more than the noise level allows
         (``history["forward_check"]``; refit with ``method="hybrid"``).
-        ``"overconfident"``: it fits the data, but its standard errors are below half the
+        ``"overconfident"``: it fits the data, but its standard errors are below 0.6 of the
         forward model's Cramer-Rao bound along some combination of parameters, which the
         data then hardly determine (``history["forward_check"]["information_ratio"]``; the
         covariances are kept, refit with ``method="hybrid"``). ``"failed"``: the

@@ -138,7 +138,7 @@ def demo(
         )
     p_map = np.asarray(map_point["p"])
     err = np.linalg.norm(p_map - data.p_true) / np.linalg.norm(data.p_true)
-    print(f"MAP (N(0, 10) priors; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
+    print(f"MAP ({_prior_text(prob, twins)}; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
           f"relative coefficient error {err:.2%}")  # fmt: skip
 
     t0 = time.perf_counter()
@@ -157,17 +157,30 @@ def demo(
 
 
 def _demo_prior(prob, twins):
-    """The demo's prior of ``p`` (in the model context): N(0, 10); for an input-output
+    """The demo's prior of ``p`` (in the model context), :func:`_prior_text` says which.
+
+    N(0, 10) where the problem has no box. Uniform on the problem's box (the papers' search
+    box, which ``pw.fit`` takes as ``bounds``) where it has one: N(0, 10) put Goodwin 2D's
+    ``p1 = 72`` and Hindmarsh-Rose's ``p6 = 50`` 5-7 prior sds out, and the MAP of Goodwin
+    2D from the prior's centre was a spurious mode with ``p1 = -61``. For an input-output
     equation (``twins`` given) positive, wide (a factor e^2 either way) around the centre of
-    the problem's box, as its coefficients are symmetric functions of the rate constants and
-    N(0, 10) admits unphysical twins with negative rates."""
+    the box, as its coefficients are symmetric functions of the rate constants and N(0, 10)
+    admits unphysical twins with negative rates."""
     import numpy as np
     import pymc as pm
 
-    if twins is None:
+    if prob.bounds is None:
         return pm.Normal("p", 0.0, 10.0, dims="param")
     lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
+    if twins is None:
+        return pm.Uniform("p", lo, hi, dims="param")
     return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+
+
+def _prior_text(prob, twins) -> str:
+    if prob.bounds is None:
+        return "N(0, 10) priors"
+    return "uniform priors on the problem's box" if twins is None else "log-normal priors"
 
 
 def _nearest_twin(idata, twins):
@@ -240,6 +253,12 @@ def _print_sampling(idata, chains: int, draws: int, tune: int | None, t_total: f
     print(f"check against the exact (forward-solve) posterior: {check['verdict']} "
           f"({check['time_s']:.1f} s){': ' + check['note'] if check['note'] else ''}")  # fmt: skip
     if not corrected:
+        if check["verdict"] in ("differs", "failed"):
+            # the weak posterior, and it is off or could not be verified: not a pass however
+            # well NUTS mixed (Goodwin 2D at a spurious mode ended with exit 0)
+            print("the result is the weak posterior, which the check found off or could not "
+                  "verify: this run does not pass")  # fmt: skip
+            return False
         return float(az.rhat(weak.to_dataset())["p"].max()) < 1.01 and divergences == 0
     a = idata.attrs
     print(f"corrected to the exact posterior ({a['route']} route, Pareto k "

@@ -422,3 +422,26 @@ def test_coverage_whose_every_run_failed_exits_1_with_the_reason(tmp_path, capsy
     err = capsys.readouterr().err.splitlines()[-1]
     assert err.startswith("pymc-wendy coverage: error: 2 of 2 finished runs failed")
     assert "missing" in err  # the reason the store holds
+
+
+@pytest.mark.parametrize(
+    ("verdict", "passes"),
+    [("agrees", True), ("skipped", True), ("differs", False), ("failed", False)],
+)
+def test_demo_fails_when_its_result_is_a_weak_posterior_the_check_did_not_pass(
+    verdict, passes, capsys
+):
+    # Goodwin 2D from the prior's centre: NUTS mixed well around a spurious mode (1 of 5
+    # truths covered), the check could not verify it ("failed"), and the demo exited 0
+    import arviz as az
+    import xarray as xr
+
+    rng = np.random.default_rng(0)
+    idata = az.from_dict(
+        {"posterior": {"p": rng.standard_normal((4, 200, 2))},
+         "sample_stats": {"diverging": np.zeros((4, 200), dtype=bool)}},
+    )  # fmt: skip
+    check = xr.Dataset(attrs={"verdict": verdict, "note": "", "time_s": 0.1})
+    idata["weak_check"] = xr.DataTree(check)
+    assert cli._print_sampling(idata, 4, 200, 300, 10.0) is passes
+    assert ("does not pass" in capsys.readouterr().out) is not passes

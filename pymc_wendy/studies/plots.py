@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -59,7 +60,11 @@ def plot_predictive(
     U = np.asarray(U, dtype=float)
     D = U.shape[1]
     X = np.asarray(draws, dtype=float).reshape(-1, *U.shape)
-    lo, med, hi = np.nanquantile(X, [(1 - prob) / 2, 0.5, (1 + prob) / 2], axis=0)
+    with warnings.catch_warnings():
+        # every draw failed at some times (a posterior far off): no band there, and no
+        # "All-NaN slice" warning from numpy in front of the user
+        warnings.simplefilter("ignore", RuntimeWarning)
+        lo, med, hi = np.nanquantile(X, [(1 - prob) / 2, 0.5, (1 + prob) / 2], axis=0)
     if axes is None:
         fig, axes = plt.subplots(D, 1, figsize=(8, 2.6 * D), sharex=True, squeeze=False)
         axes = axes[:, 0]

@@ -62,7 +62,9 @@ exit codes:
        or, for demo, a posterior that failed its checks: an R-hat not below
        1.01 (R-hat is undefined with --chains 1, so that always ends with 1)
        or at least one divergence in the NUTS run that drew it, or, for a
-       reweighted exact posterior, a Pareto k above its threshold
+       reweighted exact posterior, a Pareto k above its threshold, or a weak
+       posterior that the check against the exact one found off or could not
+       verify
   {EXIT_USAGE}    a bad command line (an unknown option, a value out of range)
   {EXIT_INTERRUPTED}  interrupted (Ctrl-C); a coverage study with --store keeps its
        finished runs, and the same command resumes it

@@ -161,13 +161,15 @@ def demo(
 def _demo_prior(prob, twins):
     """The demo's prior of ``p`` (in the model context), :func:`_prior_text` says which.
 
-    N(0, 10) where the problem has no box. Uniform on the problem's box (the papers' search
-    box, which ``pw.fit`` takes as ``bounds``) where it has one: N(0, 10) put Goodwin 2D's
-    ``p1 = 72`` and Hindmarsh-Rose's ``p6 = 50`` 5-7 prior sds out, and the MAP of Goodwin
-    2D from the prior's centre was a spurious mode with ``p1 = -61``. For an input-output
-    equation (``twins`` given) positive, wide (a factor e^2 either way) around the centre of
-    the box, as its coefficients are symmetric functions of the rate constants and N(0, 10)
-    admits unphysical twins with negative rates."""
+    N(0, 10) where the problem has no box. Where it has one (the papers' search box, which
+    ``pw.fit`` takes as ``bounds``), normal around the box's centre with the box's width as
+    sd: N(0, 10) put Goodwin 2D's ``p1 = 72`` and Hindmarsh-Rose's ``p6 = 50`` 5-7 prior
+    sds out, and the MAP of Goodwin 2D from the prior's centre was a spurious mode with
+    ``p1 = -61``; uniform on the box cut the posterior at true values on its edge (Goodwin
+    2D's ``p2 = 1`` in ``[1, 3]``). For an input-output equation (``twins`` given) positive,
+    wide (a factor e^2 either way) around the centre of the box, as its coefficients are
+    symmetric functions of the rate constants and N(0, 10) admits unphysical twins with
+    negative rates."""
     import numpy as np
     import pymc as pm
 
@@ -175,14 +177,14 @@ def _demo_prior(prob, twins):
         return pm.Normal("p", 0.0, 10.0, dims="param")
     lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
     if twins is None:
-        return pm.Uniform("p", lo, hi, dims="param")
+        return pm.Normal("p", (lo + hi) / 2, hi - lo, dims="param")
     return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
 
 
 def _prior_text(prob, twins) -> str:
     if prob.bounds is None:
         return "N(0, 10) priors"
-    return "uniform priors on the problem's box" if twins is None else "log-normal priors"
+    return "normal priors, box centre and width" if twins is None else "log-normal priors"
 
 
 def _nearest_twin(idata, twins):

@@ -83,6 +83,10 @@ def test_lotka_volterra_10_percent():
     assert err.max() < 0.10 and err.mean() < 0.05, err
 
 
+# the estimates' error is the claim here; the standard errors are not: at this noise the
+# information check rightly flags seed 5 (a weak standard error 0.5 of the forward bound's,
+# the estimate 2.9 se off; docs/validation.md)
+@pytest.mark.filterwarnings("ignore::pymc_wendy.FitWarning")
 def test_lotka_volterra_30_percent_64_points():
     # WENDy 2023 sec. 3.2.2: "even with 30 % noise and only 64 timepoints, the coefficient
     # error is still less than 10 %" (a mean over 100 runs)

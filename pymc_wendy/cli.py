@@ -116,7 +116,7 @@ def demo(
     ode, term, columns, twins = _demo_term(prob, data)
     t0 = time.perf_counter()
     with pm.Model(coords={"param": ode.params}) as model:
-        p = _demo_prior(prob, twins)
+        p = _demo_prior(prob)
         # local test functions use the trapezoid rule, which cannot cross a dose's jump
         if data.inputs:
             test_functions = "svd"
@@ -140,7 +140,7 @@ def demo(
         )
     p_map = np.asarray(map_point["p"])
     err = np.linalg.norm(p_map - data.p_true) / np.linalg.norm(data.p_true)
-    print(f"MAP ({_prior_text(prob, twins)}; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
+    print(f"MAP ({_prior_text(prob)}; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
           f"relative coefficient error {err:.2%}")  # fmt: skip
 
     t0 = time.perf_counter()
@@ -158,17 +158,19 @@ def demo(
     return EXIT_OK if ok else EXIT_FAILED
 
 
-def _demo_prior(prob, twins):
+def _demo_prior(prob):
     """The demo's prior of ``p`` (in the model context), :func:`_prior_text` says which.
 
     N(0, 10) where the problem has no box. Where it has one (the papers' search box, which
-    ``pw.fit`` takes as ``bounds``), normal around the box's centre with the box's width as
-    sd: N(0, 10) put Goodwin 2D's ``p1 = 72`` and Hindmarsh-Rose's ``p6 = 50`` 5-7 prior
-    sds out, and the MAP of Goodwin 2D from the prior's centre was a spurious mode with
-    ``p1 = -61``; uniform on the box cut the posterior at true values on its edge (Goodwin
-    2D's ``p2 = 1`` in ``[1, 3]``). For an input-output equation (``twins`` given) positive,
-    wide (a factor e^2 either way) around the centre of the box, as its coefficients are
-    symmetric functions of the rate constants and N(0, 10) admits unphysical twins with
+    ``pw.fit`` takes as ``bounds``): log-normal, wide (a factor e^2 either way) around the
+    box's geometric centre when the box is positive; else normal around its centre with its
+    width as sd. N(0, 10) put Goodwin 2D's ``p1 = 72`` and Hindmarsh-Rose's ``p6 = 50`` 5-7
+    prior sds out, and the MAP of Goodwin 2D from the prior's centre was a spurious mode
+    with ``p1 = -61``; uniform on the box cut the posterior at true values on its edge
+    (Goodwin 2D's ``p2 = 1`` in ``[1, 3]``); normal on a positive box put ``pk_iv_doses``'s
+    prior centre at ``V = 500`` (truth 10) and admitted negative volumes, and its NUTS run
+    stuck. Input-output equations (``twins`` given) have positive boxes: their coefficients
+    are symmetric functions of the rate constants, and N(0, 10) admits unphysical twins with
     negative rates."""
     import numpy as np
     import pymc as pm
@@ -176,15 +178,17 @@ def _demo_prior(prob, twins):
     if prob.bounds is None:
         return pm.Normal("p", 0.0, 10.0, dims="param")
     lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
-    if twins is None:
-        return pm.Normal("p", (lo + hi) / 2, hi - lo, dims="param")
-    return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+    if np.all(lo > 0):
+        return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+    return pm.Normal("p", (lo + hi) / 2, hi - lo, dims="param")
 
 
-def _prior_text(prob, twins) -> str:
+def _prior_text(prob) -> str:
     if prob.bounds is None:
         return "N(0, 10) priors"
-    return "normal priors, box centre and width" if twins is None else "log-normal priors"
+    if all(b[0] > 0 for b in prob.bounds):
+        return "log-normal priors around the box's geometric centre"
+    return "normal priors, box centre and width"
 
 
 def _nearest_twin(idata, twins):

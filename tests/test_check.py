@@ -137,3 +137,14 @@ def _fake_posterior(values: dict) -> xr.DataTree:
     posterior = xr.Dataset({k: (("chain", "draw", *(f"{k}_dim_{i}" for i in range(v.ndim - 2))), v)
                             for k, v in values.items()})  # fmt: skip
     return xr.DataTree.from_dict({"posterior": posterior})
+
+
+def test_an_exact_sd_of_zero_is_reported_not_a_division_by_zero():
+    # pk_iv_doses from stuck weak chains: the weights on one draw gave an exact sd of 0, and
+    # the verdict raised "float division by zero" (with numpy's log(0) warning first)
+    from pymc_wendy.bayes.check import _verdict
+
+    moments = {"p": np.array([[0.1, 0.2], [0.0, 1.0]]), "sigma": np.array([0.0, 1.1])}
+    verdict, note, numbers = _verdict(moments, 0.3)
+    assert verdict == "differs" and "the sd of p[0] is 0.00 times the weak one" in note
+    assert numbers["min_sd_ratio"] == 0.0

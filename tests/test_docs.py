@@ -75,11 +75,11 @@ def test_cli_demo_of_a_dosed_model_with_a_hidden_state(capsys, tmp_path):
 def test_cli_demo_of_goodwin_2d_finds_the_truth(capsys, tmp_path):
     """Under N(0, 10) priors (``p1 = 72`` 7 prior sds out) the demo's MAP was a spurious mode
     (``p1 = -61``), 1 of 5 truths was covered, the check could not verify the weak posterior,
-    and the demo exited 0. Normal priors from the problem's box, and exit 1 for a weak
-    posterior the check did not pass; measured 5/5 in 19 s with the defaults."""
+    and the demo exited 0. Priors from the problem's box (log-normal: it is positive), and
+    exit 1 for a weak posterior the check did not pass; measured 5/5 in 18 s."""
     assert main(["demo", "--problem", "goodwin_2d", "--output", str(tmp_path / "g.png")]) == 0
     out = capsys.readouterr().out
-    assert "normal priors, box centre and width" in out
+    assert "log-normal priors around the box's geometric centre" in out
     assert "5/5 true values inside their 95 % credible intervals" in out
 
 

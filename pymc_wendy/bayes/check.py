@@ -208,8 +208,11 @@ def _verdict(moments: dict, k: float) -> tuple[str, str, dict]:
         reasons.append(f"the mean of {name}{index} moves {max_shift:.2f} weak posterior sd")
     lo, hi = SD_RATIO_RANGE
     if high > hi or low < lo:
-        name, index = _largest({n: np.abs(np.log(r)) for n, r in ratios.items()})
-        r = high if high / hi > lo / low else low
+        # a ratio of 0 (the weights on one draw; pk_iv_doses from stuck weak chains) is the
+        # largest departure: no log(0) warning, no division by it
+        with np.errstate(divide="ignore"):
+            name, index = _largest({n: np.abs(np.log(r)) for n, r in ratios.items()})
+        r = high if high * low > hi * lo else low
         reasons.append(f"the sd of {name}{index} is {r:.2f} times the weak one")
     numbers = {"pareto_k": k, "max_shift": max_shift, "min_sd_ratio": low, "max_sd_ratio": high}
     return "differs" if reasons else "agrees", "; ".join(reasons), numbers

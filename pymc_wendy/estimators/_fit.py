@@ -191,7 +191,7 @@ def fit(
         one forward solve (the known ``initial_state``, else one fitted to all the data):
         forward residuals too large for the noise level give ``success=False``, status
         ``"forward_misfit"`` and a :class:`FitWarning` pointing to ``method="hybrid"``; a
-        forward solve that fails at the estimate, a warning; weak standard errors below 0.6
+        forward solve that fails at the estimate, a warning; weak standard errors below 0.6 of
         the forward model's Cramer-Rao bound in some direction (a combination the data
         hardly determine), ``success=False``, status ``"overconfident"`` and a warning.
         ``history["forward_check"]`` keeps the numbers

@@ -116,7 +116,7 @@ def demo(
     ode, term, columns, twins = _demo_term(prob, data)
     t0 = time.perf_counter()
     with pm.Model(coords={"param": ode.params}) as model:
-        p = _demo_prior(prob)
+        p, prior = _demo_prior(prob)
         # local test functions use the trapezoid rule, which cannot cross a dose's jump
         if data.inputs:
             test_functions = "svd"
@@ -140,7 +140,7 @@ def demo(
         )
     p_map = np.asarray(map_point["p"])
     err = np.linalg.norm(p_map - data.p_true) / np.linalg.norm(data.p_true)
-    print(f"MAP ({_prior_text(prob)}; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
+    print(f"MAP ({prior}; WENDy-MLE start): {time.perf_counter() - t0:.2f} s, "
           f"relative coefficient error {err:.2%}")  # fmt: skip
 
     t0 = time.perf_counter()
@@ -159,7 +159,7 @@ def demo(
 
 
 def _demo_prior(prob):
-    """The demo's prior of ``p`` (in the model context), :func:`_prior_text` says which.
+    """The demo's prior of ``p`` (in the model context) and what it is, in words.
 
     N(0, 10) where the problem has no box. Where it has one (the papers' search box, which
     ``pw.fit`` takes as ``bounds``): log-normal, wide (a factor e^2 either way) around the
@@ -176,19 +176,14 @@ def _demo_prior(prob):
     import pymc as pm
 
     if prob.bounds is None:
-        return pm.Normal("p", 0.0, 10.0, dims="param")
+        return pm.Normal("p", 0.0, 10.0, dims="param"), "N(0, 10) priors"
     lo, hi = (np.asarray(b, dtype=float) for b in zip(*prob.bounds, strict=True))
     if np.all(lo > 0):
-        return pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
-    return pm.Normal("p", (lo + hi) / 2, hi - lo, dims="param")
-
-
-def _prior_text(prob) -> str:
-    if prob.bounds is None:
-        return "N(0, 10) priors"
-    if all(b[0] > 0 for b in prob.bounds):
-        return "log-normal priors around the box's geometric centre"
-    return "normal priors, box centre and width"
+        p = pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+        return p, "log-normal priors around the box's geometric centre"
+    return pm.Normal(
+        "p", (lo + hi) / 2, hi - lo, dims="param"
+    ), "normal priors, box centre and width"
 
 
 def _nearest_twin(idata, twins):

@@ -379,8 +379,8 @@ def _information(case: _Case, u0: np.ndarray) -> tuple[np.ndarray | None, str]:
     the noise sd, at the data present: its inverse is the Cramer-Rao bound of the exact
     model at these data.
     """
-    model = case.model
-    if as_observation(case.noise).per_entry:
+    model, observation = case.model, as_observation(case.noise)
+    if observation.per_entry:
         return None, "not computed: the noise level changes with the solution"
     known = case.known
     start, t0 = (u0, None) if known is None else (known.u0, known.t0)
@@ -390,7 +390,7 @@ def _information(case: _Case, u0: np.ndarray) -> tuple[np.ndarray | None, str]:
     U, S = solved
     cols = model.observed_columns
     S = S[:, cols, :]
-    if as_observation(case.noise).log_scale:
+    if observation.log_scale:
         S = S / U[:, cols, None]
     A = np.where(np.isfinite(case.X)[:, :, None], S / case.sigma[None, :, None], 0.0)
     A = A.reshape(-1, S.shape[-1])

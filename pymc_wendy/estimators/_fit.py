@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import time
 import warnings
 from collections.abc import Mapping
@@ -245,6 +246,8 @@ def fit(
         executor=executor, solver=solver, options=options, bias_correction=correction,
         inputs=inputs, time_unit=time_unit, initial_state=initial_state, t0=t0,
     )  # fmt: skip
+    if data is not None:
+        problem.check = functools.partial(_estimate_check, solver=solver)
     if estimator.needs_start and problem.start is None:
         problem.start = default_start(
             problem.weak_likelihood() if problem.model.is_linear_in_params else problem.likelihood,
@@ -257,9 +260,7 @@ def fit(
         res.time_origin, res.time_unit = data.origin, data.time_unit
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
-    if estimator.initial_state and not _INNER.get():
-        # the estimators whose every input is the weak likelihood (registry.Estimator's
-        # initial_state): their estimate never met a forward solve
+    if _weak_estimate(estimator, res) and not _INNER.get():
         # stack: _check_forward, fit, its BLAS wrapper, the caller
         _check_forward(res, solver, data is not None, stacklevel=4)
     res.wall_time = time.perf_counter() - start_time
@@ -369,7 +370,7 @@ def _fit_residual_noise(
         "dof": est.dof,
     }
     _check_reproduces_data(res, X, est.sigma)
-    if estimator.initial_state:
+    if _weak_estimate(estimator, res):
         _check_forward(res, kwargs["solver"], True, residual_dof=est.dof, stacklevel=5)
     res.wall_time = time.perf_counter() - start_time
     return res
@@ -399,17 +400,26 @@ def _check_reproduces_data(res: FitResult, X: np.ndarray, residual_sd: np.ndarra
         warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=4)
 
 
+def _weak_estimate(estimator, res: FitResult) -> bool:
+    """Whether ``res`` is an estimate that never met a forward solve: one of the estimators
+    whose every input is the weak likelihood (registry.Estimator's ``initial_state``), or
+    a hybrid fit's fallback to its WENDy-MLE."""
+    return estimator.initial_state or res.status == "fallback"
+
+
 def _check_forward(
     res: FitResult, solver, one: bool, *, residual_dof: float | None = None, stacklevel: int
 ) -> None:
     """The forward check of a weak-form estimate (:mod:`._forward_check`), in
     ``res.history["forward_check"]``: a fit whose ODE solution misses the data gets
-    ``success=False``, status ``"forward_misfit"`` and a :class:`FitWarning`; one whose solve
-    fails at the estimate keeps its result with a warning. ``one``: the fit is of one
-    experiment of an :class:`ODEModel` (not of a likelihood object or several experiments);
-    ``residual_dof``: the noise level came from the forward residuals at a first estimate,
-    with these degrees of freedom."""
-    lik = res.likelihood
+    ``success=False``, status ``"forward_misfit"`` and a :class:`FitWarning`; one whose weak
+    covariance claims more than the forward information allows, status ``"overconfident"``;
+    one whose solve fails at the estimate keeps its result with a warning. ``one``: the fit
+    is of one experiment of an :class:`ODEModel` (not of a likelihood object or several
+    experiments); ``residual_dof``: the noise level came from the forward residuals at a
+    first estimate, with these degrees of freedom. A hybrid fit's fallback to its WENDy-MLE
+    carries the entry its estimator computed at the same estimate and noise level, which is
+    kept unless ``residual_dof`` changes the noise level's source."""
     if not res.success:
         note = "not checked: the fit did not succeed"
     elif not one or res.n_experiments != 1:
@@ -422,6 +432,31 @@ def _check_forward(
     if note is not None:
         res.history["forward_check"] = {"verdict": "skipped", "note": note}
         return
+    entry = res.history.get("forward_check")
+    if entry is None or residual_dof is not None:
+        entry = _forward_entry(res, solver, residual_dof=residual_dof)
+    res.history["forward_check"] = entry
+    failure = _forward_failure(res, entry)
+    if entry["verdict"] == "solve_failed":
+        warnings.warn(f"{res.method}: {entry['note']}", FitWarning, stacklevel=stacklevel)
+    if failure is None:
+        return
+    advice = None
+    if res.status == "fallback":  # hybrid's output error did not replace this estimate
+        advice = f"Output error from this estimate was not kept: {res.history['oels'].message}"
+    if failure == "forward_misfit":
+        why = misfit_message(entry, res.likelihood.base_model.states, advice)
+    else:
+        why = overconfidence_message(entry, advice)
+    res.success, res.status = False, failure
+    res.message = f"{why} (estimator: {res.message})"
+    warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
+
+
+def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None) -> dict:
+    """The forward check's entry (:func:`._forward_check.forward_check`) of a weak-form fit
+    of one experiment, at its estimate and noise level."""
+    lik = res.likelihood
     if residual_dof is not None:
         noise_source, noise_dof = (
             "estimated from the forward residuals at the first estimate",
@@ -434,23 +469,27 @@ def _check_forward(
     # per-entry noise (proportional, counts): the check compares the residuals' RMS with
     # the entries' RMS noise sd, an approximation that still flags material misfits
     sigma = lik.rms_noise_sd(res.sigma)
-    entry = forward_check(
+    return forward_check(
         lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, sigma, inputs=lik.inputs,
         solver=solver, known=lik.initial_state, noise_dof=noise_dof, noise_source=noise_source,
     )  # fmt: skip
-    res.history["forward_check"] = entry
+
+
+def _forward_failure(res: FitResult, entry: dict) -> str | None:
+    """The status a checked fit gets from its entry: ``"forward_misfit"``,
+    ``"overconfident"`` or None (passed, skipped, or a failed solve, which only warns)."""
     if entry["verdict"] == "misfit":
-        res.success = False
-        res.status = "forward_misfit"
-        res.message = f"{misfit_message(entry, lik.base_model.states)} (estimator: {res.message})"
-        warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
-    elif entry["verdict"] == "solve_failed":
-        warnings.warn(f"{res.method}: {entry['note']}", FitWarning, stacklevel=stacklevel)
-    elif _overconfident(res, entry):
-        res.success = False
-        res.status = "overconfident"
-        res.message = f"{overconfidence_message(entry)} (estimator: {res.message})"
-        warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
+        return "forward_misfit"
+    if entry["verdict"] != "solve_failed" and _overconfident(res, entry):
+        return "overconfident"
+    return None
+
+
+def _estimate_check(res: FitResult, solver) -> tuple[dict, str | None]:
+    """``FitProblem.check`` of a fit of one experiment of an ODE model: the forward check's
+    entry of a succeeded weak-form estimate and the status it fails with (or None)."""
+    entry = _forward_entry(res, solver)
+    return entry, _forward_failure(res, entry)
 
 
 def _overconfident(res: FitResult, entry: dict) -> bool:

@@ -437,8 +437,9 @@ def compare_information(entry: dict, cov: np.ndarray, names) -> bool:
     return True
 
 
-def overconfidence_message(entry: dict) -> str:
-    """The reason of a failed :func:`compare_information`, for ``FitResult.message``."""
+def overconfidence_message(entry: dict, advice: str | None = None) -> str:
+    """The reason of a failed :func:`compare_information`, for ``FitResult.message``;
+    ``advice`` replaces the pointer to ``method='hybrid'``."""
     names = ", ".join(entry["overconfident"])
     ratio = np.sqrt(entry["information_ratio"])
     return (
@@ -446,9 +447,8 @@ def overconfidence_message(entry: dict) -> str:
         f"of {names} the weak standard error is {ratio:.2g} of the least one the ODE model "
         "allows at these data (its Cramer-Rao bound, from the forward sensitivities). The "
         "data determine that combination poorly, and the estimate and its interval there "
-        "rest on the weak likelihood's covariance model, not on the data. Refit with "
-        "method='hybrid' (output error, whose standard errors use the forward solution); "
-        "for posteriors, pw.sample's exact stage"
+        "rest on the weak likelihood's covariance model, not on the data. "
+        f"{advice or _REFIT_OVERCONFIDENT}; for posteriors, pw.sample's exact stage"
     )
 
 
@@ -476,8 +476,9 @@ def _recovery(case: _Case, u0: np.ndarray, seed: int) -> np.ndarray | None:
     return est.sigma / sigma
 
 
-def misfit_message(entry: dict, states) -> str:
-    """The reason of a failed check, for ``FitResult.message``."""
+def misfit_message(entry: dict, states, advice: str | None = None) -> str:
+    """The reason of a failed check, for ``FitResult.message``; ``advice`` replaces the
+    pointer to ``method='hybrid'``."""
     idx = [list(states).index(s) for s in entry["failing"]]
     names = ", ".join(entry["failing"])
     sd = np.asarray(entry["residual_sd"])[idx]
@@ -491,9 +492,15 @@ def misfit_message(entry: dict, states) -> str:
         f"ratio {_fmt(sd / noise)}, p-value {_fmt(np.asarray(entry['p_value'])[idx])}). The "
         "weak-form estimate may be far from the exact (forward-solve) one (too few points per "
         "oscillation or transient, a wrong known initial state), the model may not describe "
-        "the data, or a given noise level may be too small. Refit with method='hybrid' "
-        "(output error started from this estimate); for posteriors, pw.forward_correction"
+        f"the data, or a given noise level may be too small. {advice or _REFIT_MISFIT}; "
+        "for posteriors, pw.forward_correction"
     )
+
+
+_REFIT_OVERCONFIDENT = (
+    "Refit with method='hybrid' (output error, whose standard errors use the forward solution)"
+)
+_REFIT_MISFIT = "Refit with method='hybrid' (output error started from this estimate)"
 
 
 def _fmt(x) -> str:

@@ -6,7 +6,7 @@ to the estimator as a :class:`FitProblem`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -15,6 +15,7 @@ from scipy import optimize
 
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
+from pymc_wendy.estimators.results import FitResult
 from pymc_wendy.model.data import as_data
 from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
@@ -66,6 +67,10 @@ class FitProblem:
     start: np.ndarray | None = None
     #: validated known inputs (name -> Input); a tuple of them for several experiments
     inputs: dict | tuple = ()
+    #: the forward check of a weak-form estimate, ``check(res) -> (entry, failure)``
+    #: (``failure``: ``"forward_misfit"``, ``"overconfident"`` or None); set by ``fit`` for
+    #: one experiment of an ODE model, None otherwise
+    check: Callable[[FitResult], tuple[dict, str | None]] | None = None
 
     @property
     def several(self) -> bool:

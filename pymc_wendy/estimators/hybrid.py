@@ -2,7 +2,10 @@
 
 Output error started from the WENDy-MLE (and the initial state fitted with ``p`` held
 there); its estimate is kept unless its weak NLL is worse than the MLE's by more than
-``_TOLERANCE`` of ``|l(p_MLE)|``, which guards against output error's local minima.
+``_TOLERANCE`` of ``|l(p_MLE)|``, which guards against output error's local minima. That
+guard trusts the weak likelihood, so it does not apply where the MLE fails ``fit``'s
+forward check (its ODE solution misses the data, or its weak covariance claims more than
+the forward information allows): there a converged output error is kept.
 Options: ``{"mle": {...}, "oels": {...}}``, each checked as that method's.
 """
 
@@ -23,7 +26,7 @@ from pymc_wendy.estimators.results import FitResult
 _TOLERANCE = 0.05
 
 
-def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> FitResult:
+def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check=None) -> FitResult:
     lik = common["likelihood"]
     if u0 is None and np.isfinite(mle.nll):
         if lik.experiments != (lik,):  # several experiments: one initial state each
@@ -49,13 +52,26 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> Fi
     )
     threshold = mle.nll + _TOLERANCE * abs(mle.nll)
     keep_oe = oe.success and oe.nll is not None and oe.nll <= threshold
-    chosen = oe if keep_oe else mle
+    history = {"mle": mle, "oels": oe}
     if keep_oe:
         why = f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
     elif not oe.success:
         why = "WENDy-MLE kept: output error failed"
     else:
         why = f"WENDy-MLE kept: output error weak NLL {oe.nll:.6g} > {threshold:.6g}"
+        if check is not None and mle.success:
+            entry, failure = check(mle)
+            mle.history["forward_check"] = entry
+            if failure is None:
+                history["forward_check"] = entry  # fit checks the fallback: not twice
+            else:
+                keep_oe = True
+                why = (
+                    f"output error kept: the WENDy-MLE failed the forward check "
+                    f"({failure}), so its weak NLL ({oe.nll:.6g} > {threshold:.6g}) does "
+                    "not judge output error's estimate"
+                )
+    chosen = oe if keep_oe else mle
     return FitResult(
         x=chosen.x,
         method="hybrid",
@@ -69,7 +85,7 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None) -> Fi
         nll=chosen.nll,
         covariance_kind=chosen.covariance_kind,
         u0=oe.u0 if keep_oe else None,
-        history={"mle": mle, "oels": oe},
+        history=history,
         covariances=dict(oe.covariances) if keep_oe else {},
         # output error's own rank test; the MLE's is made by fit on this result
         identifiability=oe.identifiability if keep_oe else None,
@@ -82,7 +98,7 @@ def run(problem: FitProblem) -> FitResult:
     first = mle.fit_mle(problem, problem.options.get("mle", {}))
     return _hybrid(
         first, problem.u0, problem.bounds, problem.solver, problem.options.get("oels", {}),
-        problem.common(), problem.inputs,
+        problem.common(), problem.inputs, problem.check,
     )  # fmt: skip
 
 

@@ -34,6 +34,22 @@ def test_wrong_known_initial_state_warns():
     assert res.summary().attrs["status"] == "forward_misfit"
 
 
+def test_misfit_under_per_entry_noise_does_not_point_to_hybrid():
+    """Output error (and so ``"hybrid"``) refuses proportional noise: the warning must not
+    send the user there, only to the exact stage."""
+    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0)
+    with pytest.warns(FitWarning, match="does not fit the data") as record:
+        res = pw.fit(
+            LV.model, data.t, np.abs(data.U), noise="proportional", initial_state=[5, 5], t0=0
+        )
+    message = str(record[0].message)
+    assert res.status == "forward_misfit"
+    assert "Refit with method='hybrid'" not in message
+    assert "does not take proportional noise" in message and "forward_correction" in message
+    with pytest.raises(ValueError, match="one noise level per state"):
+        pw.fit(LV.model, data.t, np.abs(data.U), noise="proportional", method="hybrid")
+
+
 @pytest.mark.parametrize("method", ["mle", "irls", "wls"])
 def test_well_specified_data_pass_with_numbers(method):
     data = LV.simulate(noise_ratio=0.1, subsample=4, seed=1)

@@ -169,8 +169,8 @@ def _key(cell: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in cell.items()))
 
 
-def report(group: str) -> None:
-    path = ROOT / f"{group}.jsonl"
+def report(group: str, root: Path = ROOT) -> None:
+    path = root / f"{group}.jsonl"
     if not path.exists():
         return
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -241,12 +241,11 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--out", type=Path, default=None, help="records directory")
     args = ap.parse_args()
-    global ROOT
-    ROOT = args.out or ROOT
-    ROOT.mkdir(parents=True, exist_ok=True)
+    root = args.out or ROOT
+    root.mkdir(parents=True, exist_ok=True)
     for group in args.groups.split(","):
         if not args.report_only:
-            path = ROOT / f"{group}.jsonl"
+            path = root / f"{group}.jsonl"
             done = set()
             if path.exists():
                 done = {
@@ -260,7 +259,7 @@ def main() -> None:
                 with path.open("a") as fh:
                     fh.write(json.dumps(rec) + "\n")
                 print(group, cell, rec["verdict"], rec["ratio"], flush=True)
-        report(group)
+        report(group, root)
 
 
 _CELL_KEYS = ("problem", "n", "noise", "seed", "variant", "t_end")

@@ -45,6 +45,9 @@ __all__ = ["fit"]
 #: True while :func:`fit` runs the inner fits of ``sigma="residual"``, whose estimate it
 #: checks against the data itself once the noise level is final
 _INNER = contextvars.ContextVar("pymc_wendy_inner_fit", default=False)
+#: the degrees of freedom of a noise level from the forward residuals, while :func:`fit`
+#: runs the second inner fit of ``sigma="residual"`` at that level (hybrid's own check)
+_RESIDUAL_DOF = contextvars.ContextVar("pymc_wendy_residual_dof", default=None)
 
 
 @single_blas_thread
@@ -247,7 +250,9 @@ def fit(
         inputs=inputs, time_unit=time_unit, initial_state=initial_state, t0=t0,
     )  # fmt: skip
     if data is not None:
-        problem.check = functools.partial(_estimate_check, solver=solver)
+        problem.check = functools.partial(
+            _estimate_check, solver=solver, residual_dof=_RESIDUAL_DOF.get()
+        )
     if estimator.needs_start and problem.start is None:
         problem.start = default_start(
             problem.weak_likelihood() if problem.model.is_linear_in_params else problem.likelihood,
@@ -354,11 +359,12 @@ def _fit_residual_noise(
     again = {**kwargs, "p0": first.x, "n_starts": 1}
     if kwargs["u0"] is None and first.u0 is not None:
         again["u0"] = first.u0
-    token = _INNER.set(True)
+    token, dof = _INNER.set(True), _RESIDUAL_DOF.set(est.dof)
     try:
         res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
     finally:
         _INNER.reset(token)
+        _RESIDUAL_DOF.reset(dof)
     res.sigma_estimated = True
     if res.u0 is None:  # fitted to all the data: the trajectory res.simulate() draws
         res.u0 = est.u0
@@ -418,8 +424,8 @@ def _check_forward(
     is of one experiment of an :class:`ODEModel` (not of a likelihood object or several
     experiments); ``residual_dof``: the noise level came from the forward residuals at a
     first estimate, with these degrees of freedom. A hybrid fit's fallback to its WENDy-MLE
-    carries the entry its estimator computed at the same estimate and noise level, which is
-    kept unless ``residual_dof`` changes the noise level's source."""
+    carries the entry its estimator computed at the same estimate and noise level
+    (``FitProblem.check``), which is kept."""
     if not res.success:
         note = "not checked: the fit did not succeed"
     elif not one or res.n_experiments != 1:
@@ -433,7 +439,7 @@ def _check_forward(
         res.history["forward_check"] = {"verdict": "skipped", "note": note}
         return
     entry = res.history.get("forward_check")
-    if entry is None or residual_dof is not None:
+    if entry is None:
         entry = _forward_entry(res, solver, residual_dof=residual_dof)
     res.history["forward_check"] = entry
     failure = _forward_failure(res, entry)
@@ -491,10 +497,10 @@ def _forward_failure(res: FitResult, entry: dict) -> str | None:
     return None
 
 
-def _estimate_check(res: FitResult, solver) -> tuple[dict, str | None]:
+def _estimate_check(res: FitResult, solver, residual_dof=None) -> tuple[dict, str | None]:
     """``FitProblem.check`` of a fit of one experiment of an ODE model: the forward check's
     entry of a succeeded weak-form estimate and the status it fails with (or None)."""
-    entry = _forward_entry(res, solver)
+    entry = _forward_entry(res, solver, residual_dof=residual_dof)
     return entry, _forward_failure(res, entry)
 
 

@@ -148,3 +148,26 @@ def test_an_exact_sd_of_zero_is_reported_not_a_division_by_zero():
     verdict, note, numbers = _verdict(moments, 0.3)
     assert verdict == "differs" and "the sd of p[0] is 0.00 times the weak one" in note
     assert numbers["min_sd_ratio"] == 0.0
+
+
+def test_a_laplace_fit_without_a_mode_is_a_failed_check_that_says_why(drift, monkeypatch):
+    """Hindmarsh-Rose at 513 points: every local fit from the weak posterior stops where
+    the Hessian is indefinite. Then the check fails, saying the exact mode may be out of the
+    weak posterior's reach, and the warning does not promise the exact posterior."""
+    from pymc_wendy.bayes import check as check_module
+
+    model, idata, _, _ = drift
+    starts = []
+
+    def no_mode(gradient, x0, new, scale):
+        starts.append(len(x0))
+        return x0[0], None
+
+    monkeypatch.setattr(check_module, "_fit_laplace", no_mode)
+    initial = pm.Normal.dist(0.0, DRIFT_U0_SD, shape=1)
+    with pytest.warns(WeakPosteriorWarning, match="tries the exact stage") as record:
+        check = check_weak(idata, model, initial_state=initial, random_seed=0)
+    assert check.attrs["verdict"] == "failed"
+    assert "beyond the weak posterior's reach" in check.attrs["note"]
+    assert "gives the exact posterior" not in str(record[0].message)
+    assert starts == [1, 1]  # the weak mean, then the densest weak draw

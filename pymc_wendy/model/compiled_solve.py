@@ -91,7 +91,7 @@ def _build(model: ODEModel) -> CompiledSolver:
         *IMPORTS,
         "",
         f"D, J, P = {D}, {J}, {D + J}",
-        "from pymc_wendy.model.solver_templates import DOPRI_A, DOPRI_C, DOPRI_E",
+        "from pymc_wendy.model.solver_templates import DOPRI_A, DOPRI_C, DOPRI_D, DOPRI_E",
     ]
     for name in ("f", "f_u", "f_p"):
         lines += jitted(name, model.numba_function(name).py_func.__source__)

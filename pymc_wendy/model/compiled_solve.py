@@ -10,10 +10,11 @@ a few dozen steps when the problem is stiff for an explicit method (Robertson's 
 switching between Adams and BDF by itself, with the generated analytic Jacobian; its
 right-hand side is numba-compiled too but called through Python, about 2-4 microseconds per
 call. Sensitivity solves at 21 output times (a sparse real series): 1.9-17 times faster
-than LSODA over the catalogue (Lotka-Volterra 0.42 against 7.1 ms). At 513 output times the
-explicit pair steps to every output time, so its gain is smaller (1.1-15 times), and on
-protein transduction it is 4 times slower than LSODA. At the default tolerances its global
-error is 10-1000 times below LSODA's (``benchmarks/forward_solve.py``, parts 1 and 5).
+than LSODA over the catalogue (Lotka-Volterra 0.42 against 7.1 ms). Output times inside a
+step are interpolated by the pair's continuous extension, so dense outputs cost no extra
+steps: at 513 output times 3.5-19 times faster than LSODA (protein transduction 11 times;
+4 times slower while the pair stepped to every output time). At the default tolerances its
+global error is 3-1000 times below LSODA's (``benchmarks/forward_solve.py``, parts 1 and 5).
 
 Candidates we compared for the stiff fallback (``docs/forward.md``): ``solve_ivp`` (all
 stepping in Python), numbalsoda (LSODA callable from numba, but on PyPI only as a source

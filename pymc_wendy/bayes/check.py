@@ -170,15 +170,7 @@ def check_weak(
     if cov is None:  # from the weak draw of largest density instead of the weak mean
         mode, cov = _fit_laplace(gradient, starts[1:], new, step)
     if cov is None:
-        # Hindmarsh-Rose at 513 points (docs/validation.md): the exact mode lies outside the
-        # basin of the weak posterior, and local fits stop on a rugged likelihood
-        note = (
-            "the forward model's Laplace fit, started at the weak posterior's mean and at its "
-            "densest draw, has no proper covariance where it stopped: the exact posterior's "
-            "mode may lie beyond the weak posterior's reach (a rugged exact likelihood), from "
-            "where the correction starts too"
-        )
-        return _finish(model, "failed", note, start, warn)
+        return _finish(model, "failed", _NO_MODE_NOTE, start, warn)
     Z, log_q = _moved(Zw[rows], log_qw, mode, cov, shared, new, rng)
     log_p = forward.logp(Z)
     counts = {"n_draws": rows.size, "n_failed": int(np.sum(~np.isfinite(log_p)))}
@@ -197,6 +189,16 @@ def check_weak(
         model, verdict, note, start, warn, moments=moments,
         importance_ess=float(weighted["ess"]), **numbers, **counts,
     )  # fmt: skip
+
+
+# Hindmarsh-Rose at 513 points (docs/validation.md): the exact mode lies outside the basin
+# of the weak posterior, and local fits stop on a rugged likelihood
+_NO_MODE_NOTE = (
+    "the forward model's Laplace fit, started at the weak posterior's mean and at its densest "
+    "draw, has no proper covariance where it stopped: the exact posterior's mode may lie "
+    "beyond the weak posterior's reach (a rugged exact likelihood), from where the "
+    "correction starts too"
+)
 
 
 def _verdict(moments: dict, k: float) -> tuple[str, str, dict]:

@@ -50,27 +50,8 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check
         common,
         inputs,
     )
-    threshold = mle.nll + _TOLERANCE * abs(mle.nll)
-    keep_oe = oe.success and oe.nll is not None and oe.nll <= threshold
     history = {"mle": mle, "oels": oe}
-    if keep_oe:
-        why = f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
-    elif not oe.success:
-        why = "WENDy-MLE kept: output error failed"
-    else:
-        why = f"WENDy-MLE kept: output error weak NLL {oe.nll:.6g} > {threshold:.6g}"
-        if check is not None and mle.success:
-            entry, failure = check(mle)
-            mle.history["forward_check"] = entry
-            if failure is None:
-                history["forward_check"] = entry  # fit checks the fallback: not twice
-            else:
-                keep_oe = True
-                why = (
-                    f"output error kept: the WENDy-MLE failed the forward check "
-                    f"({failure}), so its weak NLL ({oe.nll:.6g} > {threshold:.6g}) does "
-                    "not judge output error's estimate"
-                )
+    keep_oe, why = _choose(mle, oe, check, history)
     chosen = oe if keep_oe else mle
     return FitResult(
         x=chosen.x,
@@ -90,6 +71,28 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check
         # output error's own rank test; the MLE's is made by fit on this result
         identifiability=oe.identifiability if keep_oe else None,
         **common,
+    )
+
+
+def _choose(mle: FitResult, oe: FitResult, check, history: dict) -> tuple[bool, str]:
+    """``(keep output error, why)`` by the module's rule; a fallback's forward check entry
+    goes into ``history`` (``fit`` checks the fallback: not twice)."""
+    threshold = mle.nll + _TOLERANCE * abs(mle.nll)
+    if oe.success and oe.nll is not None and oe.nll <= threshold:
+        return True, f"output error kept: weak NLL {oe.nll:.6g} <= {threshold:.6g}"
+    if not oe.success:
+        return False, "WENDy-MLE kept: output error failed"
+    why = f"WENDy-MLE kept: output error weak NLL {oe.nll:.6g} > {threshold:.6g}"
+    if check is None or not mle.success:
+        return False, why
+    entry, failure = check(mle)
+    mle.history["forward_check"] = entry
+    if failure is None:
+        history["forward_check"] = entry
+        return False, why
+    return True, (
+        f"output error kept: the WENDy-MLE failed the forward check ({failure}), so its "
+        f"weak NLL ({oe.nll:.6g} > {threshold:.6g}) does not judge output error's estimate"
     )
 
 

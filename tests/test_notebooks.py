@@ -12,6 +12,22 @@ matplotlib.use("Agg")
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 
 
+def _tempering(ns: dict) -> None:
+    """What 03_tempering tells its reader: plain NUTS keeps the chains started in the spurious
+    mode there, and sample_sft's top rung leaves it (the longer run of docs/tempering.md
+    checks that the chains then agree)."""
+    import arviz as az
+
+    p2 = ns["nuts"].posterior["p"].values[..., 1]
+    assert float(az.rhat(ns["nuts"])["p"].max()) > 1.1
+    assert (p2 > 20).mean() == pytest.approx(0.5, abs=0.05)  # two chains of four stay
+    assert not (ns["idata"].posterior["p"].values[..., 1] > 20).any()
+
+
+#: what a notebook's run must show, by notebook name, given its namespace at the end
+_CHECKS = {"03_tempering": _tempering}
+
+
 # a notebook shows its reader the library's warnings (divergences of a short series' weak
 # posterior, a weak posterior that differs from the exact one) as part of its story
 @pytest.mark.slow
@@ -25,6 +41,8 @@ def test_notebook_runs(path):
         if cell["cell_type"] == "code":
             source = "".join(cell["source"])
             exec(compile(source, f"{path.name}", "exec"), namespace)  # noqa: S102
+    if path.stem in _CHECKS:
+        _CHECKS[path.stem](namespace)
     import matplotlib.pyplot as plt
 
     plt.close("all")

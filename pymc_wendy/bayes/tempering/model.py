@@ -16,7 +16,7 @@ from pytensor.graph.traversal import applys_between
 
 from pymc_wendy.backends.op import WeakLogLikelihoodOp
 from pymc_wendy.bayes.tempering.ladder import Relaxation
-from pymc_wendy.bayes.tempering.nuts import transition
+from pymc_wendy.bayes.tempering.nuts import TARGET, transition
 
 
 class TemperedModel:
@@ -65,9 +65,10 @@ class TemperedModel:
         self._fg.trust_input = True
         self._one = np.asarray(1.0)
         self.n = self.x0.data.size
-        #: the same function as a numba function ``(x, alpha, beta) -> (lp, grad, prior, lik)``
-        #: (0-d arrays for the scalars), what the compiled NUTS transition calls
-        self.compiled = _numba_function(self._fg)
+        #: the same function as a first-class numba function of the signature
+        #: :data:`~pymc_wendy.bayes.tempering.nuts.TARGET`, what the compiled NUTS
+        #: transition calls
+        self.compiled = _target_function(self._fg)
         self._warm_up()
 
     def _relax_scales(self, nodes, value_vars) -> tuple[list[float], float]:
@@ -96,12 +97,12 @@ class TemperedModel:
         return scales, min(eig)
 
     def _warm_up(self) -> None:
-        """Compile the NUTS transition for this target now: before the forked workers start,
-        which then inherit it (a few seconds, once per model)."""
+        """Compile (or load from the disk cache) everything a NUTS transition calls now,
+        before the forked workers start, which then inherit it."""
         lp, g, prior, lik = self.value_grad(self.x0.data, 1.0, 1.0)
         transition(
-            self.compiled, np.eye(self.n), self._one, self._one, self.x0.data.copy(), lp, g,
-            prior, lik, 1e-6, 1, np.random.default_rng(0),
+            self.compiled, np.eye(self.n), 1.0, 1.0, self.x0.data.copy(), lp,
+            np.ascontiguousarray(g, dtype=float), prior, lik, 1e-6, 1, np.random.default_rng(0),
         )  # fmt: skip
 
     def value_grad(self, x, alpha: float, beta: float):
@@ -113,16 +114,23 @@ class TemperedModel:
         return float(prior), float(lik)
 
 
-def _numba_function(fn):
-    """The numba function behind a pytensor function compiled with the numba linker, with
-    the values of its shared variables (pytensor passes them after the inputs) bound."""
+def _target_function(fn):
+    """The numba function behind a pytensor function compiled with the numba linker, as a
+    function of the signature :data:`~pymc_wendy.bayes.tempering.nuts.TARGET`, with the
+    values of its shared variables (pytensor passes them after the inputs) bound."""
     jit = fn.vm.jit_fn
     shared = tuple(fn.input_storage[i].storage[0] for i in range(3, len(fn.input_storage)))
-    if not shared:
-        return jit
 
-    @numba.njit
-    def with_shared(x, alpha, beta):
-        return jit(x, alpha, beta, *shared)
+    @numba.njit(TARGET.signature)
+    def target(x, alpha, beta, grad, parts):
+        a = np.empty(())
+        a[()] = alpha
+        b = np.empty(())
+        b[()] = beta
+        total, g, prior, lik = jit(x, a, b, *shared)
+        grad[:] = g
+        parts[0] = prior[()]
+        parts[1] = lik[()]
+        return total[()]
 
-    return with_shared
+    return target

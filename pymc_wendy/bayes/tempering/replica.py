@@ -103,7 +103,8 @@ def nuts_move(target, rep: Replica, alpha, beta, rng, max_depth) -> dict:
         st.stale = False
     x, lp, g, prior, lik, accept, n_steps, depth, diverging, energy = transition(
         target.compiled, np.ascontiguousarray(rep.factor, dtype=float),
-        np.asarray(float(alpha)), np.asarray(float(beta)), st.x, float(st.lp), st.grad,
+        float(alpha), float(beta), np.ascontiguousarray(st.x, dtype=float), float(st.lp),
+        np.ascontiguousarray(st.grad, dtype=float),
         float(st.prior), float(st.lik), float(rep.eps), int(max_depth),
         rng,
     )  # fmt: skip

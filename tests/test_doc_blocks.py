@@ -93,6 +93,71 @@ def page_env(tmp_path, monkeypatch):
 # the slow selection, and these checks ride on that run instead of running the blocks again.
 
 
+def _readme_fit(ns: dict, out: str) -> None:
+    res = ns["res"]
+    assert res.success
+    np.testing.assert_allclose(res.x, [3, -1, -6, 1], rtol=0.1)
+
+
+def _readme_scipy(ns: dict, out: str) -> None:
+    """scipy's trust-exact on the same likelihood lands on pw.fit's estimate."""
+    np.testing.assert_allclose(ns["opt"].x, ns["res"].x, rtol=1e-6)
+
+
+def _readme_experiments(ns: dict, out: str) -> None:
+    joint, single = ns["joint"], ns["res"]
+    assert joint.success and joint.n_experiments == 2
+    assert np.all(joint.stderr < single.stderr)
+    np.testing.assert_allclose(joint.x, [3, -1, -6, 1], rtol=0.1)
+
+
+def _readme_higher_order(ns: dict, out: str) -> None:
+    truth = [0.05, 0.15, 0.39]
+    for name in ("res", "nls", "d2l"):
+        fit = ns[name]
+        assert fit.success, name
+        assert np.all(np.abs(fit.x - truth) < 4 * fit.stderr), name
+
+
+def _data_page_frame(ns: dict, out: str) -> None:
+    """A DataFrame fit is the array fit of the same data."""
+    d = ns["d"]
+    ref = ns["pw"].fit(ns["P"].model, d.t, d.U)
+    np.testing.assert_allclose(ns["res"].x, ref.x, rtol=1e-12)
+
+
+def _data_page_initial_state_prior(ns: dict, out: str) -> None:
+    """A prior on C(0) recovers the rates, without divergences, C(0) kept non-negative."""
+    idata = ns["idata"]
+    assert int(idata.sample_stats["diverging"].sum()) == 0
+    p = idata.posterior["p"].values.reshape(-1, 3)
+    assert np.all(np.abs(p.mean(0) - ns["P"].p_true) < 3 * p.std(0))
+    assert float(idata.posterior["c0"].min()) >= 0.0
+
+
+def _doses_page(ns: dict, out: str) -> None:
+    res = ns["res"]
+    assert res.success
+    np.testing.assert_allclose(res.x, [1.5, 0.2, 30.0], rtol=0.15)
+    assert np.all(np.abs(res.x - [1.5, 0.2, 30.0]) < 3 * res.stderr)
+
+
+def _theophylline_single_subject(ns: dict, out: str) -> None:
+    """The WENDy-MLE of one subject agrees with least squares on the closed-form solution
+    within their combined standard errors."""
+    from scipy.optimize import curve_fit
+
+    res, one = ns["res"], ns["one"]
+    assert res.success
+
+    def closed_form(t, ka, ke, a):
+        return a * ka / (ka - ke) * (np.exp(-ke * t) - np.exp(-ka * t))
+
+    nls, cov = curve_fit(closed_form, one.time, one.conc, p0=[1.5, 0.08, 10.0])
+    combined = np.hypot(res.stderr, np.sqrt(np.diag(cov)))
+    assert np.all(np.abs(res.x - nls) < 2 * combined)
+
+
 def _readme_posterior(ns: dict, out: str) -> None:
     post = ns["idata"].posterior["p"].mean(("chain", "draw")).values
     np.testing.assert_allclose(post, [3, -1, -6, 1], rtol=0.1)
@@ -160,6 +225,14 @@ def _theophylline_hierarchical(ns: dict, out: str) -> None:
 
 
 _CHECKS: dict[tuple[str, int], Callable[[dict, str], None]] = {
+    ("README.md", 0): _readme_fit,
+    ("README.md", 1): _readme_scipy,
+    ("README.md", 5): _readme_experiments,
+    ("README.md", 6): _readme_higher_order,
+    ("docs/data.md", 0): _data_page_frame,
+    ("docs/data.md", 2): _data_page_initial_state_prior,
+    ("docs/doses.md", 0): _doses_page,
+    ("docs/theophylline.md", 0): _theophylline_single_subject,
     ("README.md", 2): _readme_posterior,
     ("README.md", 3): _readme_weak_check,
     ("README.md", 4): _readme_tempering,

@@ -368,7 +368,11 @@ def test_low_swap_acceptance_warns_with_the_rungs_that_fix_it():
     [msg] = [str(w.message) for w in record if "below the 0.2-0.5" in str(w.message)]
     rungs = int(re.search(r"about (\d+) rungs", msg).group(1))
     exact = _exact_barrier(y, d, 10.0, 1e-3, np.random.default_rng(0))  # 5.18
-    assert rungs == 1 + int(np.ceil(exact / _barrier_per_pair(0.35))), msg
+    # The exact barrier asks for 1 + ceil(5.18 / 0.746) = 8 rungs, and 300 draws of a ladder
+    # swapping at 0.04-0.11 per pair estimate it to about 10 %: in the clean-clone run of
+    # 2026-11-30 the estimate was just below 4.47 (7 rungs), in others just above (8). The
+    # advice is judged by what it does below: that many rungs swap at 0.2-0.55 on every pair.
+    assert abs(rungs - (1 + int(np.ceil(exact / _barrier_per_pair(0.35))))) <= 1, msg
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always", SFTWarning)
         dt = sample_sft(300, rungs=rungs, **opts)

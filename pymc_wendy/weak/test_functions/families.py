@@ -205,14 +205,7 @@ def bump(s: np.ndarray, eta: float = 9.0) -> np.ndarray:
     numpy.ndarray
         Bump values, same shape as ``s``.  No normalising constant is applied.
     """
-    s = np.asarray(s, dtype=float)
-    # evaluated on the support only: most entries of a row matrix lie outside it, and the
-    # exponential over every entry was a tenth of a default fit at 1025 points
-    out = np.zeros(s.shape)
-    inside = np.abs(s) < 1.0
-    si = s[inside]
-    out[inside] = np.exp(-eta / (1.0 - si * si))
-    return out
+    return _on_support(s, lambda x, q: np.exp(-eta / q))
 
 
 def bump_derivative(s: np.ndarray, eta: float = 9.0, order: int = 1) -> np.ndarray:
@@ -238,12 +231,19 @@ def bump_derivative(s: np.ndarray, eta: float = 9.0, order: int = 1) -> np.ndarr
         Derivative values, same shape as ``s`` (zero outside ``|s| < 1``).
     """
     order = _check_order(order)
+    numerator = _bump_numerator(order, float(eta))
+    return _on_support(s, lambda x, q: np.exp(-eta / q) * numerator(x) / q ** (2 * order))
+
+
+def _on_support(s, values) -> np.ndarray:
+    """``values(s, 1 - s^2)`` on ``|s| < 1``, zero elsewhere. Evaluated on the support only:
+    most entries of a row matrix lie outside it, and the exponential over every entry was a
+    tenth of a default fit at 1025 points."""
     s = np.asarray(s, dtype=float)
     out = np.zeros(s.shape)
-    inside = np.abs(s) < 1.0  # on the support only, as in bump
-    si = s[inside]
-    q = 1.0 - si * si
-    out[inside] = np.exp(-eta / q) * _bump_numerator(order, float(eta))(si) / q ** (2 * order)
+    inside = np.abs(s) < 1.0
+    x = s[inside]
+    out[inside] = values(x, 1.0 - x * x)
     return out
 
 

@@ -170,7 +170,7 @@ def test_compiled_nuts_transition_leaves_a_correlated_gaussian_invariant():
     identity and a whitening factor that is only roughly right, 3000 transitions."""
     import numba
 
-    from pymc_wendy.bayes.tempering.nuts import TARGET, transition
+    from pymc_wendy.bayes.tempering.nuts import TARGET, compiled_transition
 
     m = np.array([1.0, -2.0, 0.5])
     A = np.array([[2.0, 0.0, 0.0], [1.5, 0.5, 0.0], [-0.3, 0.2, 0.1]])
@@ -192,7 +192,7 @@ def test_compiled_nuts_transition_leaves_a_correlated_gaussian_invariant():
     prior, lik = parts
     draws, steps = [], []
     for _ in range(3000):
-        x, lp, g, prior, lik, accept, n, depth, div, energy = transition(
+        x, lp, g, prior, lik, accept, n, depth, div, energy = compiled_transition()(
             target, L, 1.0, 1.0, x, lp, g, prior, lik, 0.6, 8, rng
         )
         assert not div and 0.0 <= accept <= 1.0 and 1 <= n <= 2**depth - 1

@@ -16,7 +16,7 @@ from pytensor.graph.traversal import applys_between
 
 from pymc_wendy.backends.op import WeakLogLikelihoodOp
 from pymc_wendy.bayes.tempering.ladder import Relaxation
-from pymc_wendy.bayes.tempering.nuts import TARGET, transition
+from pymc_wendy.bayes.tempering.nuts import TARGET, compiled_transition
 
 
 class TemperedModel:
@@ -100,7 +100,7 @@ class TemperedModel:
         """Compile (or load from the disk cache) everything a NUTS transition calls now,
         before the forked workers start, which then inherit it."""
         lp, g, prior, lik = self.value_grad(self.x0.data, 1.0, 1.0)
-        transition(
+        compiled_transition()(
             self.compiled, np.eye(self.n), 1.0, 1.0, self.x0.data.copy(), lp,
             np.ascontiguousarray(g, dtype=float), prior, lik, 1e-6, 1, np.random.default_rng(0),
         )  # fmt: skip

@@ -13,6 +13,7 @@ at every ``sample_sft`` call). The sampler moves in whitened coordinates
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numba
@@ -112,12 +113,7 @@ def _build(fg, L, a, b, y, p, g, depth, direction, eps, E0, rng):
     )
 
 
-@numba.njit(
-    (TARGET, types.float64[:, ::1], types.float64, types.float64, _VECTOR, types.float64,
-     _VECTOR, types.float64, types.float64, types.float64, types.int64, _RNG),
-    cache=True,
-)  # fmt: skip
-def transition(fg, L, a, b, x0, lp0, gx0, prior0, lik0, eps, max_depth, rng):
+def _transition(fg, L, a, b, x0, lp0, gx0, prior0, lik0, eps, max_depth, rng):
     """One NUTS transition from ``x0`` on the target ``fg`` (:data:`TARGET`) of the rung
     ``(a, b)``, in coordinates whitened by ``L`` (``x = L y``).
 
@@ -168,3 +164,17 @@ def transition(fg, L, a, b, x0, lp0, gx0, prior0, lik0, eps, max_depth, rng):
     x, p, lp, gx, prior, lik = sample
     energy = -lp + 0.5 * np.dot(p, p)
     return x, lp, gx, prior, lik, sum_accept / max(n_steps, 1), n_steps, depth, diverging, energy
+
+
+_TRANSITION_SIGNATURE = (
+    TARGET, types.float64[:, ::1], types.float64, types.float64, _VECTOR, types.float64,
+    _VECTOR, types.float64, types.float64, types.float64, types.int64, _RNG,
+)  # fmt: skip
+
+
+@functools.cache
+def compiled_transition():
+    """The compiled :func:`_transition`, compiled (or loaded from the disk cache) at the first
+    call, not at import: with a cold cache the compilation takes 15-20 s, which every
+    process that imports ``pymc_wendy`` without tempering (``pw.sample``, the CLI) paid."""
+    return numba.njit(_TRANSITION_SIGNATURE, cache=True)(_transition)

@@ -16,7 +16,7 @@ from pymc_wendy.bayes.tempering.adaptation import (
     covariance_factor,
     initial_factor,
 )
-from pymc_wendy.bayes.tempering.nuts import transition
+from pymc_wendy.bayes.tempering.nuts import compiled_transition
 
 if TYPE_CHECKING:
     from pymc_wendy.bayes.tempering.ladder import Ladder
@@ -96,12 +96,12 @@ def new_replicas(
 
 def nuts_move(target, rep: Replica, alpha, beta, rng, max_depth) -> dict:
     """One NUTS transition of a replica on its rung, in coordinates whitened by its metric
-    (compiled: :func:`~pymc_wendy.bayes.tempering.nuts.transition`)."""
+    (compiled: :func:`~pymc_wendy.bayes.tempering.nuts.compiled_transition`)."""
     st = rep.state
     if st.stale:
         st.lp, st.grad, st.prior, st.lik = target.value_grad(st.x, alpha, beta)
         st.stale = False
-    x, lp, g, prior, lik, accept, n_steps, depth, diverging, energy = transition(
+    x, lp, g, prior, lik, accept, n_steps, depth, diverging, energy = compiled_transition()(
         target.compiled, np.ascontiguousarray(rep.factor, dtype=float),
         float(alpha), float(beta), np.ascontiguousarray(st.x, dtype=float), float(st.lp),
         np.ascontiguousarray(st.grad, dtype=float),

@@ -44,13 +44,18 @@ def generate(
     t: sp.Symbol,
     u: Sequence[sp.Symbol],
     p: Sequence[sp.Symbol],
-    style: Literal["numpy", "loop"] = "numpy",
-) -> Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]:
+    style: Literal["numpy", "loop", "point"] = "numpy",
+    shape: tuple[int, ...] | None = None,
+) -> Callable:
     """Compile ``entries`` into ``fn(t, U, p, out)`` that writes ``out[:, *idx] = expr``.
 
     ``t`` has shape (n,), ``U`` shape (n, D), ``p`` shape (J,), ``out`` shape (n, ...).
     Entries that are absent are left untouched (callers pass a zeroed ``out``). With
-    ``style="loop"`` the returned function is plain Python meant for ``numba.njit``.
+    ``style="loop"`` the returned function is plain Python meant for ``numba.njit``. With
+    ``style="point"`` it is ``fn(t, y, p, out, base)`` at one time point, writing the entry
+    ``idx`` of an array of ``shape`` (row-major) to the flat ``out[base + offset(idx)]``: no
+    array views, for the compiled solver's right-hand side, which a first-class function call
+    reaches (:mod:`~pymc_wendy.model.dopri`).
     """
     keys = list(entries)
     exprs = [sp.sympify(entries[k]) for k in keys]
@@ -61,8 +66,10 @@ def generate(
     elif style == "loop":
         printer = _ScalarPrinter({"fully_qualified_modules": True})
         row, pad, head = "_i", "        ", ["    for _i in range(U.shape[0]):"]
+    elif style == "point":
+        return _generate_point(name, keys, replacements, reduced, t=t, u=u, p=p, shape=shape)
     else:
-        raise ValueError(f"style must be 'numpy' or 'loop'; got {style!r}")
+        raise ValueError(f"style must be 'numpy', 'loop' or 'point'; got {style!r}")
     lines = [f"def {name}(t_, U, p, out):"]
     lines += [f"    {s.name} = p[{j}]" for j, s in enumerate(p)]
     lines += head
@@ -74,6 +81,29 @@ def generate(
         idx = ", ".join(str(i) for i in key)
         lines.append(f"{pad}out[{row}, {idx}] = {printer.doprint(expr)}")
     lines.append("    return out")
+    source = "\n".join(lines) + "\n"
+    namespace: dict = {"numpy": np, "math": math}
+    exec(compile(source, f"<pymc_wendy generated {name}>", "exec"), namespace)  # noqa: S102
+    fn = namespace[name]
+    fn.__source__ = source
+    return fn
+
+
+def _generate_point(name, keys, replacements, reduced, *, t, u, p, shape) -> Callable:
+    """:func:`generate`'s ``style="point"``."""
+    if shape is None:
+        raise ValueError("style='point' needs the shape of the array the entries index")
+    strides = np.cumprod((1, *shape[:0:-1]))[::-1]
+    printer = _ScalarPrinter({"fully_qualified_modules": True})
+    lines = [f"def {name}(t_, y, p, out, base):"]
+    lines += [f"    {s.name} = p[{j}]" for j, s in enumerate(p)]
+    lines += [f"    {s.name} = y[{i}]" for i, s in enumerate(u)]
+    lines.append(f"    {t.name} = t_")
+    for sym, expr in replacements:
+        lines.append(f"    {sym.name} = {printer.doprint(expr)}")
+    for key, expr in zip(keys, reduced, strict=True):
+        offset = int(np.dot(key, strides)) if key else 0
+        lines.append(f"    out[base + {offset}] = {printer.doprint(expr)}")
     source = "\n".join(lines) + "\n"
     namespace: dict = {"numpy": np, "math": math}
     exec(compile(source, f"<pymc_wendy generated {name}>", "exec"), namespace)  # noqa: S102

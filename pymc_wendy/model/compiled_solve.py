@@ -1,9 +1,9 @@
 """Compiled forward solves: an explicit Runge-Kutta pair in numba, LSODA where the problem
 is stiff, batched over draws.
 
-A solve first takes Dormand and Prince's 5(4) pair (DOPRI5), compiled by numba together with
-the model's generated right-hand side (:func:`~pymc_wendy.model.solver_templates.
-explicit_solve`): no Python between steps, about 0.1-0.2 microseconds per evaluation of a
+A solve first takes Dormand and Prince's 5(4) pair (DOPRI5, :mod:`~pymc_wendy.model.dopri`),
+compiled by numba once for every model and calling the model's generated right-hand side as a
+first-class function: no Python between steps, about 0.1-0.2 microseconds per evaluation of a
 small model's right-hand side and its sensitivities. Hairer's stiffness test stops it within
 a few dozen steps when the problem is stiff for an explicit method (Robertson's kinetics:
 27 microseconds), and then scipy's ``odeint`` (ODEPACK's LSODA, compiled Fortran) solves it,
@@ -30,6 +30,7 @@ inputs take it stretch by stretch (:mod:`~pymc_wendy.model.piecewise_solve`), th
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,7 +39,7 @@ import numpy as np
 from scipy.integrate import ODEintWarning, odeint
 
 from pymc_wendy._codecache import IMPORTS, jitted, load_module
-from pymc_wendy.model import solver_templates
+from pymc_wendy.model import dopri, solver_templates
 from pymc_wendy.model.ode import ODEModel
 
 __all__ = ["CompiledSolver", "compiled_solver", "supports"]
@@ -92,21 +93,43 @@ def _build(model: ODEModel) -> CompiledSolver:
         *IMPORTS,
         "",
         f"D, J, P = {D}, {J}, {D + J}",
-        "from pymc_wendy.model.solver_templates import DOPRI_A, DOPRI_C, DOPRI_D, DOPRI_E",
+        "from pymc_wendy.model.dopri import DERIVATIVE",
     ]
     for name in ("f", "f_u", "f_p"):
-        lines += jitted(name, model.numba_function(name).py_func.__source__)
+        lines += jitted(f"{name}_point", model.point_function(name).__source__)
     for fn in solver_templates.FUNCTIONS:
+        name = fn.__name__
+        sig = solver_templates.SIGNATURES.get(name)
         lines += [
             "",
             "",
-            solver_templates.SOURCES[fn.__name__],
+            solver_templates.SOURCES[name],
             # numpy's error model: a blow-up gives inf (a failed solve), not ZeroDivisionError
-            f"{fn.__name__} = numba.njit(cache=True, error_model='numpy')({fn.__name__})",
+            f"{name} = numba.njit({sig + ', ' if sig else ''}cache=True, error_model='numpy')"
+            f"({name})",
         ]
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")
-    return CompiledSolver(
-        model, module.rhs, module.jac, module.sensitivity_rhs, module.explicit_solve
+    target = dopri.derivative_target(module._derivative)
+    explicit = functools.partial(_explicit, target, module._work)
+    return CompiledSolver(model, module.rhs, module.jac, module.sensitivity_rhs, explicit)
+
+
+def _explicit(derivative, work, y0, t, p, rtol, atol, max_steps, max_total, sens):
+    """:func:`~pymc_wendy.model.dopri.explicit_solve` on the model's right-hand side, with
+    the exact argument types of its compiled signature (writable: a read-only array is
+    another numba type)."""
+    y0, t, p = (np.require(a, dtype=float, requirements=["C", "W"]) for a in (y0, t, p))
+    return dopri.explicit_solve()(
+        derivative,
+        y0,
+        t,
+        p,
+        float(rtol),
+        float(atol),
+        int(max_steps),
+        int(max_total),
+        bool(sens),
+        work(),
     )
 
 

@@ -620,8 +620,9 @@ class ODEModel:
                 np.array(self._jacobians[which].tolist(), dtype=object)
             )
             fn = codegen.generate(
-                f"_{which}", entries, t=self._t, u=self._u, p=self._p, style=style
-            )
+                f"_{which}", entries, t=self._t, u=self._u, p=self._p, style=style,
+                shape=self._shape(which),
+            )  # fmt: skip
             if style == "loop":
                 import numba  # deferred: only the compiled likelihood needs it
 
@@ -639,6 +640,15 @@ class ODEModel:
         if which not in self._jacobians:
             raise ValueError(f"unknown derivative {which!r}")
         return self._compiled(which, "loop")
+
+    def point_function(self, which: str) -> Callable:
+        """``fn(t, y, p, out, base)`` at one time point, writing ``which``'s entries to the
+        flat ``out[base:]`` (row-major; structurally zero entries are not written): plain
+        Python for ``numba.njit``, its source in ``fn.__source__``
+        (:func:`~pymc_wendy.model.codegen.generate`'s ``style="point"``)."""
+        if which not in self._jacobians:
+            raise ValueError(f"unknown derivative {which!r}")
+        return self._compiled(which, "point")
 
     def _shape(self, which: str) -> tuple[int, ...]:
         D, J = self.n_states, self.n_params

@@ -7,6 +7,7 @@ import pytest
 import sympy
 from conftest import central_differences
 
+import pymc_wendy as pw
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
 
 
@@ -202,3 +203,28 @@ def test_generated_functions_are_shared_by_equal_models():
     other = pw.get_problem("lotka_volterra").model
     assert other._functions is not model._functions
     assert model.log_transformed()._functions is not model._functions
+
+
+@pytest.mark.parametrize(
+    "name", ["lotka_volterra", "goodwin_3d", "sir_tdi", "protein_transduction"]
+)
+def test_point_functions_write_the_flat_entries_of_the_vectorised_ones(name):
+    """The compiled solver's right-hand side at one point (``style="point"``) against
+    ``evaluate``: every entry at its row-major offset after ``base``, nothing else written."""
+    prob = pw.get_problem(name)
+    model = prob.model
+    rng = np.random.default_rng(1)
+    U = np.abs(prob.u0) * (1.0 + 0.3 * rng.random((3, model.n_states))) + 0.1
+    t = np.array([0.3, 1.1, 2.9])
+    p = np.asarray(prob.p_true, dtype=float) * (1.0 + 0.2 * rng.random(model.n_params))
+    for which in ("f", "f_u", "f_p"):
+        fn = model.point_function(which)
+        expected = model.evaluate(which, t, U, p)
+        for m in range(t.size):
+            out = np.full(expected[m].size + 3, -7.0)
+            out[2 : 2 + expected[m].size] = 0.0
+            fn(t[m], U[m], p, out, 2)
+            np.testing.assert_allclose(
+                out[2 : 2 + expected[m].size], expected[m].ravel(), rtol=1e-13
+            )
+            assert np.all(out[:2] == -7.0) and out[-1] == -7.0

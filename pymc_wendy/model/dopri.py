@@ -4,9 +4,9 @@ The stepping (stages, error control, stiffness test, dense output) does not depe
 model: it calls the model's right-hand side as a first-class function of the fixed signature
 :data:`DERIVATIVE` (each model's generated solver module compiles its own, a few lines:
 :mod:`~pymc_wendy.model.solver_templates`). So the stepper is compiled once and cached on
-disk, not once per model: compiled together with each model's right-hand side it took 7 s
-per signature and 14-17 s per model with a cold cache, paid by every problem a process
-solved first (``benchmarks/compile_time.py``).
+disk, not once per model: compiled together with each model's right-hand side it took
+10-12 s per model with a cold cache, now 1.7-2.8 s after the first model
+(``benchmarks/compile_time.py``, ``docs/performance.md``).
 """
 
 from __future__ import annotations

@@ -265,7 +265,7 @@ prob = get_problem("logistic")
 solver = compiled_solver(prob.model)
 _, S = solver.sensitivities(prob.p_true, [0.1], np.linspace(0.0, 5.0, 11))
 module = next(m for n, m in sys.modules.items() if ".pymc_wendy_solver_" in n)
-hits = sum(module._derivative.stats.cache_hits.values())  # the model's right-hand side
+hits = sum(module.derivative.stats.cache_hits.values())  # the model's right-hand side
 print(hits, repr(float(S[-1, 0, 0])))
 """
 

@@ -81,12 +81,7 @@ def generate(
         idx = ", ".join(str(i) for i in key)
         lines.append(f"{pad}out[{row}, {idx}] = {printer.doprint(expr)}")
     lines.append("    return out")
-    source = "\n".join(lines) + "\n"
-    namespace: dict = {"numpy": np, "math": math}
-    exec(compile(source, f"<pymc_wendy generated {name}>", "exec"), namespace)  # noqa: S102
-    fn = namespace[name]
-    fn.__source__ = source
-    return fn
+    return _defined(name, lines)
 
 
 def _generate_point(name, keys, replacements, reduced, *, t, u, p, shape) -> Callable:
@@ -104,6 +99,11 @@ def _generate_point(name, keys, replacements, reduced, *, t, u, p, shape) -> Cal
     for key, expr in zip(keys, reduced, strict=True):
         offset = int(np.dot(key, strides)) if key else 0
         lines.append(f"    out[base + {offset}] = {printer.doprint(expr)}")
+    return _defined(name, lines)
+
+
+def _defined(name: str, lines: list[str]) -> Callable:
+    """The function ``name`` that ``lines`` define, its source kept in ``__source__``."""
     source = "\n".join(lines) + "\n"
     namespace: dict = {"numpy": np, "math": math}
     exec(compile(source, f"<pymc_wendy generated {name}>", "exec"), namespace)  # noqa: S102

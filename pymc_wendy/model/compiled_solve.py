@@ -109,8 +109,8 @@ def _build(model: ODEModel) -> CompiledSolver:
             f"({name})",
         ]
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")
-    target = dopri.derivative_target(module._derivative)
-    explicit = functools.partial(_explicit, target, module._work)
+    target = dopri.derivative_target(module.derivative)
+    explicit = functools.partial(_explicit, target, module.work_buffer)
     return CompiledSolver(model, module.rhs, module.jac, module.sensitivity_rhs, explicit)
 
 

@@ -38,21 +38,21 @@ def jac(t, y, p):
 def sensitivity_rhs(t, y, p):
     """The state and ``dS/dt = f_u S + [f_p, 0]``, ``S = du/d(p, u0)`` stored row-major
     (D, P) after the state. ``y`` and ``p`` are copied: a caller's read-only array (scipy's
-    arguments, say) is not of :func:`_derivative`'s signature."""
+    arguments, say) is not of :func:`derivative`'s signature."""
     out = np.empty(D + D * P)
-    _derivative(t, y.copy(), p.copy(), True, out, _work())
+    derivative(t, y.copy(), p.copy(), True, out, work_buffer())
     return out
 
 
-def _work():
-    """The buffer of :func:`_derivative`: ``f_u`` and ``f_p`` at a point, flat."""
+def work_buffer():
+    """The buffer of :func:`derivative`: ``f_u`` and ``f_p`` at a point, flat."""
     return np.zeros(D * D + D * J)
 
 
-def _derivative(t, y, p, sens, out, work):
+def derivative(t, y, p, sens, out, work):
     """The right-hand side the explicit solver steps, written into ``out``: the state's, or
     with ``sens`` the state's and its sensitivities' (:func:`sensitivity_rhs`). ``work``
-    (:func:`_work`, zeroed) holds ``f_u`` and ``f_p``, which write the same entries at every
+    (:func:`work_buffer`, zeroed) holds ``f_u`` and ``f_p``, which write the same entries at every
     call, so entries left zero stay zero. Of :data:`~pymc_wendy.model.dopri.DERIVATIVE`'s
     signature, so the compiled stepper (:func:`~pymc_wendy.model.dopri.explicit_solve`) is
     shared by every model; flat buffers, since array views made at each call cost more than
@@ -72,11 +72,11 @@ def _derivative(t, y, p, sens, out, work):
 
 
 #: the functions a solver module compiles, in order
-FUNCTIONS = (rhs, jac, _work, _derivative, sensitivity_rhs)
+FUNCTIONS = (rhs, jac, work_buffer, derivative, sensitivity_rhs)
 
 #: the signatures they are compiled with where not their arguments' types: the stepper calls
-#: ``_derivative`` as a first-class function
-SIGNATURES = {"_derivative": "DERIVATIVE.signature"}
+#: ``derivative`` as a first-class function
+SIGNATURES = {"derivative": "DERIVATIVE.signature"}
 
 #: their sources as imported (:func:`pymc_wendy._codecache.sources`)
 SOURCES = sources(*FUNCTIONS)

@@ -22,7 +22,8 @@ from numba.core.types.function_type import CompileResultWAP
 _VECTOR = types.float64[::1]
 
 #: ``derivative(t, y, p, sens, out, work)``: writes ``dy/dt`` at ``(t, y)`` into ``out`` (with
-#: ``sens``, the state's and its forward sensitivities'), ``work`` a buffer of the model's
+#: ``sens``, the state's and its forward sensitivities'), ``work`` a zeroed buffer laid out
+#: by the model (its generated module's ``work_buffer()``)
 DERIVATIVE = types.FunctionType(
     types.void(types.float64, _VECTOR, _VECTOR, types.boolean, _VECTOR, _VECTOR)
 )

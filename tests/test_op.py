@@ -93,7 +93,7 @@ def test_one_compiled_kernel_serves_every_data_set_with_its_own_data(name, linea
         assert -value == pytest.approx(ref, rel=1e-10)
         np.testing.assert_allclose(-grad, ref_gp, rtol=1e-7, atol=1e-9 * np.abs(ref_gp).max())
         values.append(float(value))
-    assert kernels[0] is kernels[1]
+    assert kernels[0].terms is kernels[1].terms and kernels[0].entry is kernels[1].entry
     assert values[0] != pytest.approx(values[1], rel=1e-3)
 
 
@@ -110,7 +110,8 @@ kernel = kernel_cache.kernel_for(lik, "general", infer_sigma=False, want_grad=Tr
 value, grad, _ = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)(
     data.p_true * 1.1, np.zeros(0), 0.0
 )
-print(kernel.cache_hits, repr(value), repr(float(grad[0])))
+hits = kernel.terms.cache_hits + kernel.entry.cache_hits
+print(hits, repr(value), repr(float(grad[0])))
 """
 
 
@@ -119,8 +120,9 @@ def test_the_compiled_kernel_is_loaded_from_disk_in_a_second_process(tmp_path):
     # the generated kernel module and numba's machine code stay in the cache directory: a
     # second process with the same model structure loads them instead of compiling
     runs = run_twice_with_cache(_SECOND_PROCESS, tmp_path)
-    assert runs[0][0] == "0" and runs[1][0] == "1", runs
+    assert runs[0][0] == "0" and runs[1][0] == "2", runs  # the terms and the kernel
     assert runs[0][1:] == runs[1][1:]
+    assert len(list(tmp_path.glob("pymc_wendy_terms_*.py"))) == 1
     assert len(list(tmp_path.glob("pymc_wendy_kernel_*.py"))) == 1
 
 
@@ -129,9 +131,11 @@ def test_an_unwritable_kernel_cache_falls_back_to_a_temporary_directory(tmp_path
     blocker.write_text("not a directory")
     monkeypatch.setenv("PYMC_WENDY_CACHE_DIR", str(blocker / "kernels"))
     monkeypatch.setattr(kernel_cache, "_KERNELS", {})
-    for name in [
-        m for m in sys.modules if m.startswith("pymc_wendy._generated.pymc_wendy_kernel_")
-    ]:
+    prefixes = (
+        "pymc_wendy._generated.pymc_wendy_kernel_",
+        "pymc_wendy._generated.pymc_wendy_terms_",
+    )
+    for name in [m for m in sys.modules if m.startswith(prefixes)]:
         monkeypatch.delitem(sys.modules, name)
     prob = get_problem("logistic")
     data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
@@ -153,20 +157,24 @@ def test_generated_kernels_do_not_read_the_library_files_again(monkeypatch):
     prob = get_problem("logistic")
     data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
     lik = WeakLikelihood(prob.model, data.t, data.U, sigma=0.1, linear="general")
-    before = kernel_cache._kernel_source(
-        "general", lik.form.kernel_spec(), infer_sigma=False, want_grad=True, logdet=True
-    )
+    spec = lik.form.kernel_spec()
+    before = [
+        kernel_cache._terms_source("general", spec, True),
+        kernel_cache._entry_source("general"),
+    ]
 
     def boom(*args, **kwargs):
         raise AssertionError("a library file was read after import")
 
     monkeypatch.setattr(inspect, "getsource", boom)
     monkeypatch.setattr(linecache, "getlines", boom)
-    after = kernel_cache._kernel_source(
-        "general", lik.form.kernel_spec(), infer_sigma=False, want_grad=True, logdet=True
-    )
+    after = [
+        kernel_cache._terms_source("general", spec, True),
+        kernel_cache._entry_source("general"),
+    ]
     assert after == before
-    compile(after, "<kernel>", "exec")
+    for source in after:
+        compile(source, "<kernel>", "exec")
 
 
 def test_a_generated_module_that_fails_to_import_is_not_left_half_loaded(tmp_path, monkeypatch):

@@ -1,12 +1,13 @@
 """The compiled kernel of each model structure, kept on disk across processes.
 
-:func:`kernel_for` writes one Python module per model structure (path, flags and the model's
-generated functions) with :func:`pymc_wendy._codecache.load_module`: the model's functions,
-the flags and the source of one template of :mod:`~pymc_wendy.backends.kernel_templates`,
-which calls the numeric kernels of :mod:`~pymc_wendy.backends.numba_kernels` and
-:mod:`~pymc_wendy.backends.numba_banded`. numba compiles it with its on-disk cache, so a
-second process (the next ``pymc-wendy demo``, each worker of a coverage study) loads the
-machine code instead of compiling (6 s for FitzHugh-Nagumo, ``docs/performance.md``).
+A kernel evaluation calls two compiled C functions (:mod:`~pymc_wendy.backends.kernel_templates`
+says why two): the **terms** of a model structure (its generated functions at the data) and
+the **kernel** of its kind (covariance, factorisation, log-likelihood and gradient), which
+every model of the kind shares. :func:`kernel_for` writes each as one Python module with
+:func:`pymc_wendy._codecache.load_module` (the terms: the model's generated functions, its
+flags and the terms template; the kernel: its template alone) and numba compiles them with its
+on-disk cache, so a second process (the next ``pymc-wendy demo``, each worker of a coverage
+study) loads the machine code instead of compiling (``docs/performance.md``).
 
 :func:`make_kernel` wraps a kernel and a likelihood's packed data as a Python function (tests,
 benchmarks).
@@ -18,6 +19,7 @@ import ctypes
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -27,35 +29,60 @@ from pymc_wendy.backends import kernel_templates
 from pymc_wendy.backends.numba_kernels import kernel_inputs
 
 
-def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool):
+class CompiledKernel(NamedTuple):
+    """The two compiled C functions of one model structure, and the flags to call them with.
+
+    ``terms`` has :data:`~pymc_wendy.backends.numba_kernels.TERMS_SIGNATURE`: it reads ``p``
+    and :func:`kernel_inputs`' ``buffer`` and writes the model's terms (:func:`terms_size`
+    entries). ``entry`` has :data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`: it reads
+    ``p`` (J,), ``sigma2`` (``n_sigma2`` noise variances; ignored without
+    ``INFER_SIGMA`` in ``flags``, where the data's noise level is used), ``alpha``, the buffer,
+    the terms and ``flags``, and writes ``out`` (1 + J + ``n_sigma2``) with ``nll``, its
+    gradient in ``p`` and in ``sigma2``.
+    """
+
+    terms: Any
+    entry: Any
+    flags: int
+
+
+def kernel_for(lik, kind: str, *, infer_sigma: bool, want_grad: bool) -> CompiledKernel:
     """The compiled kernel of a model structure, shared by every likelihood of that structure.
 
-    A numba ``cfunc`` with :data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`: it reads
-    ``p`` (J,), ``sigma2`` (``n_sigma2`` noise variances; ignored with ``infer_sigma=False``,
-    where the data's noise level is used), ``alpha`` and :func:`kernel_inputs`' ``buffer``,
-    and writes ``out`` (1 + J + ``n_sigma2``) with ``nll``, its gradient in ``p`` and in
-    ``sigma2``. Callers (the Op's numba functions) call it through its address, so compiling
-    a caller does not compile the kernel again: a new data set of the same model costs
+    Callers (the Op's numba functions) call its two functions through their addresses, so
+    compiling a caller does not compile them again: a new data set of the same model costs
     milliseconds, not seconds.
     ``alpha`` relaxes the covariance toward a multiple ``c`` (in the buffer) of the identity,
     ``S_alpha = (1 - alpha) S + alpha c I`` (``S`` the model's, ridge included); ``alpha = 0``
     is the model's likelihood exactly. A bias-corrected likelihood
     (:meth:`~pymc_wendy.WeakLikelihood.corrected`) gives its corrected objective.
 
-    The kernel's source (the model's generated functions, the flags and a template of
-    :mod:`~pymc_wendy.backends.kernel_templates`) is written once to the cache directory and
-    compiled with numba's on-disk cache, so another process with the same model structure
-    loads the machine code instead of compiling it (``cache_hits`` of the returned object
-    counts the loads).
+    Both modules are written once to the cache directory and compiled with numba's on-disk
+    cache, so another process with the same model structure loads the machine code instead of
+    compiling it (``cache_hits`` of ``terms`` and ``entry`` count the loads).
     """
-    # the linear path calls no model code
-    spec = None if kind == "linear" else lik.form.kernel_spec()
-    source = _kernel_source(kind, spec, infer_sigma=infer_sigma, want_grad=want_grad,
-                            logdet=lik.correction is None)  # fmt: skip
-    kernel = _KERNELS.get(source)
-    if kernel is None:
-        kernel = _KERNELS[source] = load_module(source, "pymc_wendy_kernel_").c_kernel
-    return kernel
+    entry_module = _load(_entry_source(kind), "pymc_wendy_kernel_")
+    if kind == "linear":  # the linear path calls no model code
+        terms = entry_module.c_no_terms
+    else:
+        terms = _load(_terms_source(kind, lik.form.kernel_spec(), want_grad), "pymc_wendy_terms_")
+        terms = terms.c_terms
+    T = kernel_templates
+    flags = (T.INFER_SIGMA if infer_sigma else 0) | (T.WANT_GRADIENT if want_grad else 0)
+    flags |= T.LOGDET if lik.correction is None else 0
+    return CompiledKernel(terms, entry_module.c_entry, flags)
+
+
+def terms_size(lik, kind: str, *, want_grad: bool) -> int:
+    """How many entries the terms of ``lik``'s structure take (:class:`CompiledKernel`)."""
+    if kind == "linear":
+        return 0
+    spec = lik.form.kernel_spec()
+    M1, D = spec.arrays[1].shape
+    J = lik.model.n_params
+    size = M1 * D * (1 + D + ((1 + D) * J if want_grad else 0))
+    names = ("C", "beta", "C_p", "beta_p") if want_grad else ("C", "beta")
+    return size + sum(int(np.prod(spec.shapes[name])) for name in names if name in spec.shapes)
 
 
 def make_kernel(
@@ -71,6 +98,7 @@ def make_kernel(
     kernel = kernel_for(lik, kind, infer_sigma=infer_sigma, want_grad=want_grad)
     J = lik.model.n_params + (lik.model.n_states if free_initial else 0)
     D = lik.model.n_states if infer_sigma else 0
+    terms = np.empty(terms_size(lik, kind, want_grad=want_grad))
 
     def bound(p, sigma2, alpha):
         p = np.ascontiguousarray(p, dtype=float)
@@ -78,8 +106,12 @@ def make_kernel(
         if s2.shape != (D,):
             raise ValueError(f"sigma2 must have shape ({D},); got {s2.shape}")
         out = np.empty(1 + J + D)
-        ptr = (a.ctypes.data_as(_DOUBLE_P) for a in (p, s2, buf, out))
-        kernel.ctypes(next(ptr), J, next(ptr), D, float(alpha), next(ptr), buf.size, next(ptr))
+        ptr = [a.ctypes.data_as(_DOUBLE_P) for a in (p, s2, buf, terms, out)]
+        kernel.terms.ctypes(ptr[0], J, ptr[2], buf.size, ptr[3], terms.size)
+        kernel.entry.ctypes(
+            ptr[0], J, ptr[1], D, float(alpha), ptr[2], buf.size, ptr[3], terms.size,
+            kernel.flags, ptr[4],
+        )  # fmt: skip
         return out[0], out[1 : 1 + J], out[1 + J :] if infer_sigma else np.zeros(D)
 
     return bound
@@ -87,15 +119,20 @@ def make_kernel(
 
 _DOUBLE_P = ctypes.POINTER(ctypes.c_double)
 
-#: loaded kernels by their module's source (:func:`kernel_for`)
-_KERNELS: dict[str, Callable] = {}
+#: loaded kernel and terms modules by their source (:func:`kernel_for`)
+_KERNELS: dict[str, Any] = {}
 
 
-def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logdet: bool) -> str:
-    """The Python source of the module holding one structure's kernel (:func:`kernel_for`)."""
-    template, calls = kernel_templates.TEMPLATES[kind]
-    lines = [
-        f'"""A compiled weak-likelihood kernel ({kind}) generated by pymc_wendy.',
+def _load(source: str, prefix: str):
+    module = _KERNELS.get(source)
+    if module is None:
+        module = _KERNELS[source] = load_module(source, prefix)
+    return module
+
+
+def _header(what: str) -> list[str]:
+    return [
+        f'"""{what} generated by pymc_wendy.',
         "",
         "Safe to delete: it is written and compiled again when needed.",
         '"""',
@@ -106,23 +143,40 @@ def _kernel_source(kind: str, spec, *, infer_sigma: bool, want_grad: bool, logde
         "from pymc_wendy.backends import numba_kernels as nk",
         "",
         f"# library: {_LIBRARY_DIGEST}",
-        f"INFER_SIGMA = {bool(infer_sigma)}",
-        f"WANT_GRAD = {bool(want_grad)}",
-        f"LOGDET = {bool(logdet)}",
     ]
-    if kind == "operator":
-        lines += [f"{name} = {tuple(spec.shapes[key])!r}"
-                  for name, key in kernel_templates.OPERATOR_SHAPES.items()]  # fmt: skip
+
+
+def _define(lines: list[str], fn: Callable, jit: str) -> None:
+    lines += ["", "", kernel_templates.SOURCES[fn.__name__], f"{jit}({fn.__name__})"]
+
+
+def _entry_source(kind: str) -> str:
+    """The Python source of the module holding the kernel of ``kind`` (:func:`kernel_for`)."""
+    T = kernel_templates
+    template = T.TEMPLATES[kind][0]
+    lines = _header(f"The compiled weak-likelihood kernel ({kind})")
+    _define(lines, T.noise_terms, "noise_terms = numba.njit(cache=True)")
+    _define(lines, template, "kernel = numba.njit(cache=True)")
+    _define(lines, T.c_entry, "c_entry = numba.cfunc(nk.C_SIGNATURE, cache=True)")
+    if kind == "linear":
+        lines += ["", "", "def c_no_terms(p_, J, buf_, n_buf, out_, n_out):", "    return 0"]
+        lines.append("c_no_terms = numba.cfunc(nk.TERMS_SIGNATURE, cache=True)(c_no_terms)")
+    return "\n".join(lines) + "\n"
+
+
+def _terms_source(kind: str, spec, want_grad: bool) -> str:
+    """The Python source of the module holding one model structure's terms (:func:`kernel_for`)."""
+    T = kernel_templates
+    _, template, calls = T.TEMPLATES[kind]
+    lines = _header(f"The compiled terms of one model ({kind})")
+    lines.append(f"WANT_GRAD = {bool(want_grad)}")
+    lines += [f"{name} = {tuple(spec.shapes[key])!r}"
+              for name, key in T.OPERATOR_SHAPES.items() if key in spec.shapes]  # fmt: skip
     for name, key in calls.items():
         lines += jitted(name, spec.functions[key].py_func.__source__)
-    helpers = kernel_templates.HELPERS if calls else ()
-    entries = (
-        *((fn, f"{fn.__name__} = numba.njit(cache=True)") for fn in helpers),
-        (template, "kernel = numba.njit(cache=True)"),
-        (kernel_templates.c_kernel, "c_kernel = numba.cfunc(nk.C_SIGNATURE, cache=True)"),
-    )
-    for fn, jit in entries:
-        lines += ["", "", kernel_templates.SOURCES[fn.__name__], f"{jit}({fn.__name__})"]
+    _define(lines, T.model_terms, "model_terms = numba.njit(cache=True)")
+    _define(lines, template, "terms = numba.njit(cache=True)")
+    _define(lines, T.c_terms, "c_terms = numba.cfunc(nk.TERMS_SIGNATURE, cache=True)")
     return "\n".join(lines) + "\n"
 
 

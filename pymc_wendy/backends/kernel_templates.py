@@ -1,14 +1,28 @@
-"""Source templates of the compiled kernels' entry points, one per kernel kind.
+"""Source templates of the compiled kernels: a model's terms, and the kernel of each kind.
 
-:func:`pymc_wendy.backends.kernel_cache.kernel_for` writes one Python module per model
-structure into the kernel cache directory: the model's generated functions, the structure's
-flags, the source of one ``*_kernel`` function below and of :func:`c_kernel`, each compiled
-with numba's on-disk cache. A second process (a later ``pymc-wendy demo``, a worker of a
-coverage study) then loads the machine code instead of compiling it again.
+A kernel evaluation is two compiled C functions, both written as Python modules into the
+kernel cache directory by :mod:`pymc_wendy.backends.kernel_cache` and compiled with numba's
+on-disk cache:
+
+* the **terms** of one model structure (:func:`c_terms`, one module per model, its flags and
+  kind): the model's generated functions ``f``, ``f_u``, ``f_p``, ``f_up`` (and an operator
+  form's ``C``, ``beta`` and their derivatives) at the data, written into one flat array.
+  This is all that a new model compiles: a second or so.
+* the **kernel** of one kind (:func:`c_entry`, one module per kind, shared by every model):
+  the covariance, its factorisation, the log-likelihood and its gradient
+  (:mod:`~pymc_wendy.backends.numba_kernels`, :mod:`~pymc_wendy.backends.numba_banded`),
+  reading the terms. Its flags (noise inferred, gradient wanted, log-determinant) are
+  arguments, not constants, so it is compiled once per kind.
+
+The caller (the Op's numba function, or :func:`~pymc_wendy.backends.kernel_cache.make_kernel`)
+calls both through their addresses. Were the kernel called from the model's module instead,
+numba would link and optimise its machine code into every model's module again: 9-15 s a
+model with a cold cache, against about 1 s now (``docs/performance.md``).
 
 The functions here are never compiled in this module: the names they read that are not
-imported (the flags, the model functions ``f``... and ``kernel``) are bound by the generated
-module. Their placeholders below only make this file valid Python for readers and linters.
+imported (the flags, the model functions ``f``... and ``kernel``, ``terms``) are bound by the
+generated module. Their placeholders below only make this file valid Python for readers and
+linters.
 """
 
 from __future__ import annotations
@@ -21,15 +35,93 @@ from pymc_wendy.backends import numba_banded as nb
 from pymc_wendy.backends import numba_kernels as nk
 
 # Bound by the generated module (placeholders, see the module doc).
-INFER_SIGMA = WANT_GRAD = LOGDET = True
+WANT_GRAD = True
 f = f_u = f_p = f_up = None  # the model's right-hand side and its derivatives
 c_fn = b_fn = cp_fn = bp_fn = None  # operator form: C(p), beta(p) and their derivatives
 SHAPE_C = SHAPE_BETA = SHAPE_C_P = SHAPE_BETA_P = ()
 kernel = None  # the ``*_kernel`` function of the module's kind
+terms = None  # the ``*_terms`` function of the module's kind
+
+#: the bits of a kernel's ``flags`` argument
+INFER_SIGMA, WANT_GRADIENT, LOGDET = 1, 2, 4
 
 
-def linear_kernel(p, sigma2, alpha, buf):
-    """Linear-in-parameter models: ``S`` a precomputed quadratic polynomial in ``p``."""
+# --- the terms of one model (compiled per model structure) ---------------------------------
+
+
+def model_terms(t, X, p, out):
+    """The right-hand side at the data, ``f_u`` and, for a gradient, ``f_p`` and ``f_up``,
+    written in that order into ``out`` (:func:`~pymc_wendy.backends.numba_kernels.split_terms`);
+    returns the number of entries written."""
+    M1, D, J = t.size, X.shape[1], p.size
+    n = M1 * D * (1 + D + ((1 + D) * J if WANT_GRAD else 0))
+    out[:n] = 0.0
+    f(t, X, p, out[: M1 * D].reshape((M1, D)))
+    o = M1 * D
+    f_u(t, X, p, out[o : o + M1 * D * D].reshape((M1, D, D)))
+    if WANT_GRAD:
+        o += M1 * D * D
+        f_p(t, X, p, out[o : o + M1 * D * J].reshape((M1, D, J)))
+        o += M1 * D * J
+        f_up(t, X, p, out[o : o + M1 * D * D * J].reshape((M1, D, D, J)))
+    return n
+
+
+def general_terms(p, buf, out):
+    """:func:`model_terms` of the general path, at the data with the initial row of ``p``
+    when the initial state is free."""
+    o = nk.offsets(buf)
+    t, X, scalars = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack1(buf, o, 9)
+    if scalars[4] > 0.5:
+        J = int(scalars[5])
+        X, _ = nk.with_initial_row(X, nk.unpack2(buf, o, 4), nk.unpack2(buf, o, 3), p[J:])
+        p = p[:J]
+    model_terms(t, X, np.ascontiguousarray(p), out)
+
+
+def banded_terms(p, buf, out):
+    """:func:`model_terms` of the banded path."""
+    o = nk.offsets(buf)
+    model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), np.ascontiguousarray(p), out)
+
+
+def operator_terms(p, buf, out):
+    """:func:`model_terms`, then ``C``, ``beta`` and, for a gradient, their derivatives."""
+    o = nk.offsets(buf)
+    p = np.ascontiguousarray(p)
+    n = model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), p, out)
+    zt, zu = np.zeros(1), np.zeros((1, 0))
+    parts = [c_fn(zt, zu, p, np.zeros((1,) + SHAPE_C)).ravel()]
+    parts.append(b_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA)).ravel())
+    if WANT_GRAD:
+        parts.append(cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P)).ravel())
+        parts.append(bp_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA_P)).ravel())
+    for part in parts:
+        out[n : n + part.size] = part
+        n += part.size
+
+
+def c_terms(p_, J, buf_, n_buf, out_, n_out):
+    """The terms' C entry point (:data:`~pymc_wendy.backends.numba_kernels.TERMS_SIGNATURE`)."""
+    terms(numba.carray(p_, (J,)), numba.carray(buf_, (n_buf,)), numba.carray(out_, (n_out,)))
+    return 0
+
+
+# --- the kernel of each kind (compiled once per kind, shared by every model) ---------------
+
+
+def noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma):
+    """The noise variances, the covariance's scale and its added diagonal at relaxation
+    ``alpha`` (ridge, relaxation scale and diagonal ridge from the buffer's scalars)."""
+    s2 = np.ascontiguousarray(sigma2) if infer_sigma else fixed_s2
+    keep = 1.0 - alpha
+    return s2, keep * (1.0 - scalars[0]), keep * scalars[3] + alpha * scalars[1]
+
+
+def linear_kernel(p, sigma2, alpha, buf, terms, flags):
+    """Linear-in-parameter models: ``S`` a precomputed quadratic polynomial in ``p`` (no
+    model terms)."""
+    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
     o = nk.offsets(buf)
     blocks = nk.unpack3(buf, o, 0)
     be, bq = nk.unpack_index(buf, o, 1), nk.unpack_index(buf, o, 2)
@@ -40,41 +132,19 @@ def linear_kernel(p, sigma2, alpha, buf):
     p = np.ascontiguousarray(p)
     keep = 1.0 - alpha
     scale = 1.0 - ridge  # folded into the blocks when sigma is fixed
-    w = keep * scale * sigma2 if INFER_SIGMA else np.full(1, keep)
+    w = keep * scale * sigma2 if infer_sigma else np.full(1, keep)
     diag = keep * ridge_diag + alpha * c
-    nll, gp, gw = nk.linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, WANT_GRAD, LOGDET)
-    if not LOGDET:
-        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+    nll, gp, gw = nk.linear(blocks, be, bq, bd, bd2, r0, G, p, w, diag, want_grad, logdet)
+    if not logdet:
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, want_grad)
     return nk.finite_or_failed(nll, gp, gw * (keep * scale))
 
 
-def model_terms(t, X, p):
-    """The right-hand side at the data, ``f_u`` and, for a gradient, ``f_p`` and ``f_up``
-    (without one, empty stand-ins of the right rank)."""
-    M1, D, J = t.size, X.shape[1], p.size
-    F = f(t, X, p, np.zeros((M1, D)))
-    Ju = f_u(t, X, p, np.zeros((M1, D, D)))
-    if WANT_GRAD:
-        Jp = f_p(t, X, p, np.zeros((M1, D, J)))
-        Jup = f_up(t, X, p, np.zeros((M1, D, D, J)))
-    else:
-        Jp = np.zeros((0, D, J))
-        Jup = np.zeros((0, D, D, J))
-    return F, Ju, Jp, Jup
-
-
-def noise_terms(sigma2, fixed_s2, alpha, scalars):
-    """The noise variances, the covariance's scale and its added diagonal at relaxation
-    ``alpha`` (ridge, relaxation scale and diagonal ridge from the buffer's scalars)."""
-    s2 = np.ascontiguousarray(sigma2) if INFER_SIGMA else fixed_s2
-    keep = 1.0 - alpha
-    return s2, keep * (1.0 - scalars[0]), keep * scalars[3] + alpha * scalars[1]
-
-
-def general_kernel(p, sigma2, alpha, buf):
+def general_kernel(p, sigma2, alpha, buf, terms, flags):
     """The general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
+    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
     o = nk.offsets(buf)
-    t, X = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1)
+    X = nk.unpack2(buf, o, 1)
     phi, dphi, b = nk.unpack2(buf, o, 2), nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
     W, fixed_s2 = nk.unpack2(buf, o, 5), nk.unpack1(buf, o, 6)
     tilt, ref, scalars = nk.unpack1(buf, o, 7), nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9)
@@ -85,74 +155,82 @@ def general_kernel(p, sigma2, alpha, buf):
     p = np.ascontiguousarray(p[:J])
     if free:
         X, b = nk.with_initial_row(X, b, dphi, x0)
-    F, Ju, Jp, Jup = model_terms(t, X, p)
-    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
+    F, Ju, Jp, Jup, _ = nk.split_terms(terms, X.shape[0], X.shape[1], J, want_grad)
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma)
     nll, gp, gs, a = nk.general(
-        phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET, INFER_SIGMA
+        phi, dphi, b, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet, infer_sigma
     )
-    if not LOGDET:
-        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+    if not logdet:
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, want_grad)
     if free:
-        gp = np.concatenate((gp, nk.initial_row_gradient(phi, dphi, Ju, a, WANT_GRAD)))
+        gp = np.concatenate((gp, nk.initial_row_gradient(phi, dphi, Ju, a, want_grad)))
     return nk.finite_or_failed(nll, gp, gs)
 
 
-def banded_kernel(p, sigma2, alpha, buf):
+def banded_kernel(p, sigma2, alpha, buf, terms, flags):
     """The general path with local test functions (:mod:`~pymc_wendy.backends.numba_banded`)."""
+    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
     o = nk.offsets(buf)
-    t, X, start = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack_index(buf, o, 2)
+    X, start = nk.unpack2(buf, o, 1), nk.unpack_index(buf, o, 2)
     phi, dphi = nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
     Gp, Gd = nk.unpack3(buf, o, 5), nk.unpack3(buf, o, 6)
     bb, W, fixed_s2 = nk.unpack2(buf, o, 7), nk.unpack2(buf, o, 8), nk.unpack1(buf, o, 9)
     tilt, ref, scalars = nk.unpack1(buf, o, 10), nk.unpack1(buf, o, 11), nk.unpack1(buf, o, 12)
     offset = scalars[2]
     p = np.ascontiguousarray(p)
-    F, Ju, Jp, Jup = model_terms(t, X, p)
-    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
+    F, Ju, Jp, Jup, _ = nk.split_terms(terms, X.shape[0], X.shape[1], p.size, want_grad)
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma)
     nll, gp, gs = nb.banded(
-        start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2, W, scale, diag, WANT_GRAD, LOGDET
+        start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2, W, scale, diag, want_grad, logdet
     )
-    if not LOGDET:
-        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+    if not logdet:
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, want_grad)
     return nk.finite_or_failed(nll, gp, gs)
 
 
-def operator_kernel(p, sigma2, alpha, buf):
+def operator_kernel(p, sigma2, alpha, buf, terms, flags):
     """Models with derivative terms or inputs (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
+    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
     o = nk.offsets(buf)
-    t, X, phi = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack2(buf, o, 2)
+    X, phi = nk.unpack2(buf, o, 1), nk.unpack2(buf, o, 2)
     ops, OX, Psi = nk.unpack3(buf, o, 3), nk.unpack3(buf, o, 4), nk.unpack2(buf, o, 5)
     W, fixed_s2 = nk.unpack2(buf, o, 6), nk.unpack1(buf, o, 7)
     tilt, ref, scalars = nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9), nk.unpack1(buf, o, 10)
+    shapes = nk.unpack_index(buf, o, 11)  # C (Q, D, D) and beta (D, inputs)
     offset = scalars[2]
     p = np.ascontiguousarray(p)
-    zt, zu = np.zeros(1), np.zeros((1, 0))
-    F, Ju, Jp, Jup = model_terms(t, X, p)
-    Cq = c_fn(zt, zu, p, np.zeros((1,) + SHAPE_C))[0]
-    beta = b_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA))[0]
-    if WANT_GRAD:
-        Cp = cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P))[0]
-        bp = bp_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA_P))[0]
+    J = p.size
+    F, Ju, Jp, Jup, n = nk.split_terms(terms, X.shape[0], X.shape[1], J, want_grad)
+    Q, D, n_in = shapes[0], shapes[1], shapes[4]
+    Cq = terms[n : n + Q * D * D].reshape((Q, D, D))
+    n += Q * D * D
+    beta = terms[n : n + D * n_in].reshape((D, n_in))
+    n += D * n_in
+    if want_grad:
+        Cp = terms[n : n + Q * D * D * J].reshape((Q, D, D, J))
+        n += Q * D * D * J
+        bp = terms[n : n + D * n_in * J].reshape((D, n_in, J))
     else:
-        Cp = np.zeros(SHAPE_C_P)
-        bp = np.zeros(SHAPE_BETA_P)
-    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars)
+        Cp = np.zeros((Q, D, D, J))
+        bp = np.zeros((D, n_in, J))
+    s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma)
     nll, gp, gs = nk.operator(
-        phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, WANT_GRAD,
-        LOGDET,
+        phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, want_grad,
+        logdet,
     )  # fmt: skip
-    if not LOGDET:
-        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, WANT_GRAD)
+    if not logdet:
+        nll = nk.apply_tilt(nll, gp, p, tilt, ref, offset, want_grad)
     return nk.finite_or_failed(nll, gp, gs)
 
 
-def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
-    """The C entry point (:data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`)."""
+def c_entry(p_, J, s2_, n_s2, alpha, buf_, n_buf, terms_, n_terms, flags, out_):
+    """The kernel's C entry point (:data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`)."""
     p = numba.carray(p_, (J,))
     s2 = numba.carray(s2_, (n_s2,))
     buf = numba.carray(buf_, (n_buf,))
+    terms = numba.carray(terms_, (n_terms,))
     out = numba.carray(out_, (1 + J + n_s2,))
-    nll, gp, gs = kernel(p, s2, alpha, buf)
+    nll, gp, gs = kernel(p, s2, alpha, buf, terms, flags)
     out[0] = nll
     out[1 : 1 + J] = gp
     if n_s2 > 0:
@@ -160,18 +238,18 @@ def c_kernel(p_, J, s2_, n_s2, alpha, buf_, n_buf, out_):
     return 0
 
 
-#: helpers compiled into the module of every kind that calls model functions
-HELPERS = (model_terms, noise_terms)
-
-#: the template of each kernel kind (:attr:`WeakForm.kind <pymc_wendy.weak.form.WeakForm.kind>`)
-#: and the model functions it calls, by the name it calls them: a new kind of model adds its
-#: template here
+#: the kernel of each kind (:attr:`WeakForm.kind <pymc_wendy.weak.form.WeakForm.kind>`), its
+#: terms (``None``: the kind calls no model code) and the model functions the terms call, by
+#: the name they call them: a new kind of model adds its templates here
 TEMPLATES = {
-    "linear": (linear_kernel, {}),
-    "general": (general_kernel, {"f": "f", "f_u": "f_u", "f_p": "f_p", "f_up": "f_up"}),
-    "banded": (banded_kernel, {"f": "f", "f_u": "f_u", "f_p": "f_p", "f_up": "f_up"}),
+    "linear": (linear_kernel, None, {}),
+    "general": (general_kernel, general_terms, {"f": "f", "f_u": "f_u", "f_p": "f_p",
+                                                "f_up": "f_up"}),
+    "banded": (banded_kernel, banded_terms, {"f": "f", "f_u": "f_u", "f_p": "f_p",
+                                             "f_up": "f_up"}),
     "operator": (
         operator_kernel,
+        operator_terms,
         {
             "f": "f",
             "f_u": "f_u",
@@ -182,10 +260,10 @@ TEMPLATES = {
             "cp_fn": "C_p",
             "bp_fn": "beta_p",
         },
-    ),  # fmt: skip
-}
+    ),
+}  # fmt: skip
 
-#: shapes the operator template reads, by the spec's shape name
+#: shapes the operator terms read, by the spec's shape name
 OPERATOR_SHAPES = {
     "SHAPE_C": "C",
     "SHAPE_BETA": "beta",
@@ -194,4 +272,7 @@ OPERATOR_SHAPES = {
 }
 
 #: every template's source as imported (:func:`pymc_wendy._codecache.sources`)
-SOURCES = sources(*HELPERS, c_kernel, *(template for template, _ in TEMPLATES.values()))
+SOURCES = sources(
+    model_terms, c_terms, noise_terms, c_entry,
+    *(fn for kernel, terms, _ in TEMPLATES.values() for fn in (kernel, terms) if fn is not None),
+)  # fmt: skip

@@ -601,7 +601,10 @@ def kernel_inputs(
         spec = lik.form.kernel_spec()
         kind = spec.kind
         data = (*spec.arrays, np.asarray(lik.sigma, dtype=float) ** 2)
-    return kind, _pack((*data, tilt, ref, scalars))
+    extra = ()
+    if form is None and "C" in spec.shapes:  # the operator kernel reads C's and beta's shapes
+        extra = (np.array([*spec.shapes["C"], *spec.shapes["beta"]], dtype=float),)
+    return kind, _pack((*data, tilt, ref, scalars, *extra))
 
 
 def _pack(arrays) -> np.ndarray:
@@ -647,18 +650,50 @@ def unpack_index(buf, off, i):
     return unpack1(buf, off, i).astype(np.int64)
 
 
+_DOUBLE_P = numba.types.CPointer(numba.types.float64)
+
+#: the C signature of a model's terms (:func:`~pymc_wendy.backends.kernel_cache.kernel_for`):
+#: ``(p, J, buffer, buffer size, out, out size) -> status``
+TERMS_SIGNATURE = numba.types.int64(
+    _DOUBLE_P, numba.types.int64, _DOUBLE_P, numba.types.int64, _DOUBLE_P, numba.types.int64
+)
+
 #: the C signature of the compiled kernels (:func:`~pymc_wendy.backends.kernel_cache.kernel_for`):
-#: ``(p, J, sigma2, n_sigma2, alpha, buffer, buffer size, out) -> status``
+#: ``(p, J, sigma2, n_sigma2, alpha, buffer, buffer size, terms, terms size, flags, out) ->
+#: status``
 C_SIGNATURE = numba.types.int64(
-    numba.types.CPointer(numba.types.float64),
+    _DOUBLE_P,
     numba.types.int64,
-    numba.types.CPointer(numba.types.float64),
+    _DOUBLE_P,
     numba.types.int64,
     numba.types.float64,
-    numba.types.CPointer(numba.types.float64),
+    _DOUBLE_P,
     numba.types.int64,
-    numba.types.CPointer(numba.types.float64),
+    _DOUBLE_P,
+    numba.types.int64,
+    numba.types.int64,
+    _DOUBLE_P,
 )
+
+
+@numba.njit(cache=True)
+def split_terms(terms, M1, D, J, want_grad):
+    """``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J) and ``Jup`` (M1, D, D, J) as views
+    of a model's flat terms (without a gradient, empty stand-ins of the right rank), and the
+    number of entries they take."""
+    o = M1 * D
+    F = terms[:o].reshape((M1, D))
+    Ju = terms[o : o + M1 * D * D].reshape((M1, D, D))
+    o += M1 * D * D
+    if want_grad:
+        Jp = terms[o : o + M1 * D * J].reshape((M1, D, J))
+        o += M1 * D * J
+        Jup = terms[o : o + M1 * D * D * J].reshape((M1, D, D, J))
+        o += M1 * D * D * J
+    else:
+        Jp = np.zeros((0, D, J))
+        Jup = np.zeros((0, D, D, J))
+    return F, Ju, Jp, Jup, o
 
 
 @numba.njit(cache=True)

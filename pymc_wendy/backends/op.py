@@ -260,10 +260,10 @@ def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float, fre
 
 @register_funcify_and_cache_key(WeakLogLikelihoodOp)
 def _numba_funcify(op, node=None, **kwargs):
-    # The kernel is compiled once per model structure and called through its address; the
-    # function returned here only binds this likelihood's data (a constant in the caller),
-    # so compiling it takes milliseconds. It is not cached by pytensor (no key): the data is
-    # part of its code.
+    # The kernel is compiled once per model structure (its terms) and per kind, and called
+    # through its addresses; the function returned here only binds this likelihood's data (a
+    # constant in the caller), so compiling it takes milliseconds. It is not cached by
+    # pytensor (no key): the data is part of its code.
     lik = op.likelihood
     relaxed = op.relax_scale is not None
     kind, buf = _kernel_data(
@@ -272,6 +272,8 @@ def _numba_funcify(op, node=None, **kwargs):
     kernel = kernel_cache.kernel_for(
         lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
     )
+    terms_fn, entry, flags = kernel.terms, kernel.entry, kernel.flags
+    n_terms = kernel_cache.terms_size(lik, kind, want_grad=op.compute_grad)
     J = op.n_inputs_p
     D = lik.model.n_states if op.infer_sigma else 0
     n_buf = buf.size
@@ -283,8 +285,11 @@ def _numba_funcify(op, node=None, **kwargs):
             raise ValueError("weak log-likelihood: wrong length of p or sigma2")
         p = np.ascontiguousarray(p)
         s2 = np.ascontiguousarray(sigma2)
+        terms = np.empty(n_terms)
         out = np.empty(1 + J + D)
-        kernel(p.ctypes, J, s2.ctypes, D, alpha, buf.ctypes, n_buf, out.ctypes)
+        terms_fn(p.ctypes, J, buf.ctypes, n_buf, terms.ctypes, n_terms)
+        entry(p.ctypes, J, s2.ctypes, D, alpha, buf.ctypes, n_buf, terms.ctypes, n_terms,
+              flags, out.ctypes)  # fmt: skip
         return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]
 
     if op.infer_sigma and relaxed:

@@ -1,15 +1,17 @@
-"""Compilation of the forward solver with a cold cache: what a fresh install (or CI) pays per model.
+"""Compilation per model with a cold cache: what a fresh install (or CI) pays per model.
 
 For each problem in turn, a new Python process builds the problem's compiled solver and runs
 one sensitivity solve (``CompiledSolver.sensitivities``, what the exact stage and the forward
-check call first), in a fresh cache directory shared by the processes of the run
+check call first), or with ``--part kernel`` builds the compiled weak-likelihood kernel
+(general path, noise inferred, value and gradient: what ``pw.sample`` compiles first) and
+evaluates it once, in a fresh cache directory shared by the processes of the run
 (``NUMBA_CACHE_DIR`` and ``PYMC_WENDY_CACHE_DIR``). The first problem also compiles what every
 model shares; later ones only their own functions. Then the same processes run again on the
 now warm cache (what every later process pays: loading machine code). Printed per problem:
 the seconds of the solve call in the cold and in the warm process, and the numba compilation
 inside the cold call (numba's compile events).
 
-Run:  python benchmarks/compile_time.py [--problems logistic,lotka_volterra,...]
+Run:  python benchmarks/compile_time.py [--problems logistic,lotka_volterra,...] [--part kernel]
 To compare with another checkout: PYTHONPATH=/path/to/checkout python benchmarks/compile_time.py
 """
 
@@ -47,17 +49,27 @@ from pymc_wendy.model.compiled_solve import compiled_solver
 
 prob = pw.get_problem(sys.argv[1])
 t = np.linspace(*prob.t_span, 513)
-start = time.perf_counter()
-compiled_solver(prob.model).sensitivities(prob.p_true, prob.u0, t)
+if sys.argv[2] == "kernel":
+    from pymc_wendy.backends.kernel_cache import make_kernel
+
+    data = prob.simulate(n_points=257, noise_ratio=0.05, seed=1)
+    lik = pw.WeakLikelihood(prob.model, data.t, data.U, linear="general")
+    start = time.perf_counter()
+    make_kernel(lik, infer_sigma=True, want_grad=True)(
+        prob.p_true, np.full(prob.model.n_states, 0.01), 0.0
+    )
+else:
+    start = time.perf_counter()
+    compiled_solver(prob.model).sensitivities(prob.p_true, prob.u0, t)
 print(json.dumps({"seconds": time.perf_counter() - start, "compile": total[0]}))
 """
 
 DEFAULT = "lotka_volterra,logistic,fitzhugh_nagumo,goodwin_3d,lorenz,sir_tdi"
 
 
-def _run(problem: str, env: dict) -> dict:
+def _run(problem: str, part: str, env: dict) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, problem], env=env, capture_output=True, text=True
+        [sys.executable, "-c", _CHILD, problem, part], env=env, capture_output=True, text=True
     )
     if out.returncode != 0:
         raise RuntimeError(f"{problem}: {out.stderr[-2000:]}")
@@ -67,6 +79,7 @@ def _run(problem: str, env: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", default=DEFAULT)
+    parser.add_argument("--part", choices=("solver", "kernel"), default="solver")
     args = parser.parse_args()
     problems = args.problems.split(",")
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,8 +88,8 @@ def main() -> None:
             "NUMBA_CACHE_DIR": os.path.join(tmp, "numba"),
             "PYMC_WENDY_CACHE_DIR": os.path.join(tmp, "pymc_wendy"),
         }
-        cold = {p: _run(p, env) for p in problems}
-        warm = {p: _run(p, env) for p in problems}
+        cold = {p: _run(p, args.part, env) for p in problems}
+        warm = {p: _run(p, args.part, env) for p in problems}
     print(f"{'problem':22s} {'cold s':>8s} {'compiling s':>12s} {'warm s':>8s}")
     for p in problems:
         c, w = cold[p], warm[p]

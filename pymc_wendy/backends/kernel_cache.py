@@ -174,6 +174,7 @@ def _terms_source(kind: str, spec, want_grad: bool) -> str:
               for name, key in T.OPERATOR_SHAPES.items() if key in spec.shapes]  # fmt: skip
     for name, key in calls.items():
         lines += jitted(name, spec.functions[key].py_func.__source__)
+    _define(lines, T.put_parts, "put_parts = numba.njit(cache=True)")
     _define(lines, T.model_terms, "model_terms = numba.njit(cache=True)")
     _define(lines, template, "terms = numba.njit(cache=True)")
     _define(lines, T.c_terms, "c_terms = numba.cfunc(nk.TERMS_SIGNATURE, cache=True)")

@@ -54,16 +54,24 @@ def model_terms(t, X, p, out):
     written in that order into ``out`` (:func:`~pymc_wendy.backends.numba_kernels.split_terms`);
     returns the number of entries written."""
     M1, D, J = t.size, X.shape[1], p.size
-    n = M1 * D * (1 + D + ((1 + D) * J if WANT_GRAD else 0))
-    out[:n] = 0.0
-    f(t, X, p, out[: M1 * D].reshape((M1, D)))
-    o = M1 * D
-    f_u(t, X, p, out[o : o + M1 * D * D].reshape((M1, D, D)))
+    # fresh arrays rather than views of ``out``: reshaping a slice, like a slice assignment,
+    # compiles numba's shape error message
+    parts = [f(t, X, p, np.zeros((M1, D))).ravel(), f_u(t, X, p, np.zeros((M1, D, D))).ravel()]
     if WANT_GRAD:
-        o += M1 * D * D
-        f_p(t, X, p, out[o : o + M1 * D * J].reshape((M1, D, J)))
-        o += M1 * D * J
-        f_up(t, X, p, out[o : o + M1 * D * D * J].reshape((M1, D, D, J)))
+        parts.append(f_p(t, X, p, np.zeros((M1, D, J))).ravel())
+        parts.append(f_up(t, X, p, np.zeros((M1, D, D, J))).ravel())
+    return put_parts(parts, out, 0)
+
+
+def put_parts(parts, out, n):
+    """``parts`` written one after the other into ``out`` from entry ``n``; returns where
+    they end."""
+    # element by element: a slice assignment compiles numba's shape error message, 3 s of
+    # a model's compilation
+    for part in parts:
+        for i in range(part.size):
+            out[n + i] = part[i]
+        n += part.size
     return n
 
 
@@ -96,9 +104,7 @@ def operator_terms(p, buf, out):
     if WANT_GRAD:
         parts.append(cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P)).ravel())
         parts.append(bp_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA_P)).ravel())
-    for part in parts:
-        out[n : n + part.size] = part
-        n += part.size
+    put_parts(parts, out, n)
 
 
 def c_terms(p_, J, buf_, n_buf, out_, n_out):
@@ -273,6 +279,6 @@ OPERATOR_SHAPES = {
 
 #: every template's source as imported (:func:`pymc_wendy._codecache.sources`)
 SOURCES = sources(
-    model_terms, c_terms, noise_terms, c_entry,
+    model_terms, put_parts, c_terms, noise_terms, c_entry,
     *(fn for kernel, terms, _ in TEMPLATES.values() for fn in (kernel, terms) if fn is not None),
 )  # fmt: skip

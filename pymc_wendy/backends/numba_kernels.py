@@ -14,14 +14,15 @@ against. Three paths:
   (optionally resolved per noise state so ``sigma`` can be a random variable), one Cholesky
   factorisation, and for the gradient the Cholesky inverse.
 
-Compilation is per model structure, not per data set: :func:`kernel_for` compiles one C-callable
-kernel for a model, its path and flags, and :func:`kernel_inputs` packs everything that depends
-on the data set (observations, test functions, noise level, precomputed matrices) into one
-float64 buffer the kernel reads at run time. The Op's numba functions call the kernel through
-its address, so compiling them for a new data set does not compile (or re-optimise) the
-kernel: ``pw.sample`` on the next data set of a coverage study compiles in a fraction of the
-time (``docs/performance.md``). :mod:`~pymc_wendy.backends.kernel_cache` builds those kernels,
-one per model structure, and keeps them on disk across processes.
+Compilation is per kind and per model structure, not per data set: :func:`kernel_for` compiles
+one C-callable kernel per path (shared by every model) and the terms of each model (its
+generated functions at the data), and :func:`kernel_inputs` packs everything that depends on
+the data set (observations, test functions, noise level, precomputed matrices) into one float64
+buffer read at run time. The Op's numba functions call both through their addresses, so
+compiling them for a new data set does not compile (or re-optimise) the kernel: ``pw.sample``
+on the next data set of a coverage study compiles in a fraction of the time
+(``docs/performance.md``). :mod:`~pymc_wendy.backends.kernel_cache` builds them and keeps
+them on disk across processes.
 
 A failed factorisation or a non-finite right-hand side gives ``nll = +inf`` (log-density
 ``-inf``) and a zero gradient instead of raising, so a sampler rejects the point and goes on.

@@ -7,7 +7,7 @@ on-disk cache:
 * the **terms** of one model structure (:func:`c_terms`, one module per model, its flags and
   kind): the model's generated functions ``f``, ``f_u``, ``f_p``, ``f_up`` (and an operator
   form's ``C``, ``beta`` and their derivatives) at the data, written into one flat array.
-  This is all that a new model compiles: a second or so.
+  This is all that a new model compiles: about 4 s with a cold cache.
 * the **kernel** of one kind (:func:`c_entry`, one module per kind, shared by every model):
   the covariance, its factorisation, the log-likelihood and its gradient
   (:mod:`~pymc_wendy.backends.numba_kernels`, :mod:`~pymc_wendy.backends.numba_banded`),
@@ -17,7 +17,7 @@ on-disk cache:
 The caller (the Op's numba function, or :func:`~pymc_wendy.backends.kernel_cache.make_kernel`)
 calls both through their addresses. Were the kernel called from the model's module instead,
 numba would link and optimise its machine code into every model's module again: 9-15 s a
-model with a cold cache, against about 1 s now (``docs/performance.md``).
+model with a cold cache, against 4-5.5 s now (``docs/performance.md``).
 
 The functions here are never compiled in this module: the names they read that are not
 imported (the flags, the model functions ``f``... and ``kernel``, ``terms``) are bound by the

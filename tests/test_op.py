@@ -351,3 +351,17 @@ def test_compiled_op_rejects_wrong_lengths_at_run_time():
         f(data.p_true[:3], lik.sigma**2)
     with pytest.raises(ValueError, match="wrong length"):
         f(data.p_true, np.ones(3))
+
+
+@pytest.mark.parametrize("delta", [-1, 1])
+def test_terms_that_do_not_fill_their_buffer_are_an_error(monkeypatch, delta):
+    # the terms are written element by element without numba's bounds checks: a layout that
+    # disagrees with terms_size must stop the call, not write past the buffer
+    prob = get_problem("logistic")
+    data = prob.simulate(n_points=51, noise_ratio=0.05, seed=1)
+    lik = WeakLikelihood(prob.model, data.t, data.U, sigma=data.sigma, linear="general")
+    size = kernel_cache.terms_size
+    monkeypatch.setattr(kernel_cache, "terms_size", lambda *a, **k: size(*a, **k) + delta)
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)
+    with pytest.raises(ValueError, match="terms do not match"):
+        kernel(data.p_true, np.zeros(0), 0.0)

@@ -33,12 +33,12 @@ class CompiledKernel(NamedTuple):
     """The two compiled C functions of one model structure, and the flags to call them with.
 
     ``terms`` has :data:`~pymc_wendy.backends.numba_kernels.TERMS_SIGNATURE`: it reads ``p``
-    and :func:`kernel_inputs`' ``buffer`` and writes the model's terms (:func:`terms_size`
-    entries). ``entry`` has :data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`: it reads
-    ``p`` (J,), ``sigma2`` (``n_sigma2`` noise variances; ignored without
-    ``INFER_SIGMA`` in ``flags``, where the data's noise level is used), ``alpha``, the buffer,
-    the terms and ``flags``, and writes ``out`` (1 + J + ``n_sigma2``) with ``nll``, its
-    gradient in ``p`` and in ``sigma2``.
+    and :func:`kernel_inputs`' ``buffer``, writes the model's terms and returns how many
+    entries it wrote (callers check it against :func:`terms_size`). ``entry`` has
+    :data:`~pymc_wendy.backends.numba_kernels.C_SIGNATURE`: it reads ``p`` (J,), ``sigma2``
+    (``n_sigma2`` noise variances; ignored without ``INFER_SIGMA`` in ``flags``, where the
+    data's noise level is used), ``alpha``, the buffer, the terms and ``flags``, and writes
+    ``out`` (1 + J + ``n_sigma2``) with ``nll``, its gradient in ``p`` and in ``sigma2``.
     """
 
     terms: Any
@@ -107,7 +107,8 @@ def make_kernel(
             raise ValueError(f"sigma2 must have shape ({D},); got {s2.shape}")
         out = np.empty(1 + J + D)
         ptr = [a.ctypes.data_as(_DOUBLE_P) for a in (p, s2, buf, terms, out)]
-        kernel.terms.ctypes(ptr[0], J, ptr[2], buf.size, ptr[3], terms.size)
+        if kernel.terms.ctypes(ptr[0], J, ptr[2], buf.size, ptr[3], terms.size) != terms.size:
+            raise ValueError("the model's terms do not match their buffer (terms_size)")
         kernel.entry.ctypes(
             ptr[0], J, ptr[1], D, float(alpha), ptr[2], buf.size, ptr[3], terms.size,
             kernel.flags, ptr[4],

@@ -42,8 +42,8 @@ SHAPE_C = SHAPE_BETA = SHAPE_C_P = SHAPE_BETA_P = ()
 kernel = None  # the ``*_kernel`` function of the module's kind
 terms = None  # the ``*_terms`` function of the module's kind
 
-#: the bits of a kernel's ``flags`` argument
-INFER_SIGMA, WANT_GRADIENT, LOGDET = 1, 2, 4
+#: the bits of a kernel's ``flags`` argument (:func:`~pymc_wendy.backends.numba_kernels.flag_bits`)
+INFER_SIGMA, WANT_GRADIENT, LOGDET = nk.INFER_SIGMA, nk.WANT_GRADIENT, nk.LOGDET
 
 
 # --- the terms of one model (compiled per model structure) ---------------------------------
@@ -65,10 +65,13 @@ def model_terms(t, X, p, out):
 
 def put_parts(parts, out, n):
     """``parts`` written one after the other into ``out`` from entry ``n``; returns where
-    they end."""
+    they end, or -1 (nothing more written) if they do not fit."""
     # element by element: a slice assignment compiles numba's shape error message, 3 s of
-    # a model's compilation
+    # a model's compilation. The caller checks the returned size against the buffer's
+    # (terms_size), so a layout bug is an error, not a write past the buffer.
     for part in parts:
+        if n < 0 or n + part.size > out.size:
+            return -1
         for i in range(part.size):
             out[n + i] = part[i]
         n += part.size
@@ -77,24 +80,25 @@ def put_parts(parts, out, n):
 
 def general_terms(p, buf, out):
     """:func:`model_terms` of the general path, at the data with the initial row of ``p``
-    when the initial state is free."""
+    when the initial state is free; returns the number of entries written."""
     o = nk.offsets(buf)
     t, X, scalars = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), nk.unpack1(buf, o, 9)
     if scalars[4] > 0.5:
         J = int(scalars[5])
         X, _ = nk.with_initial_row(X, nk.unpack2(buf, o, 4), nk.unpack2(buf, o, 3), p[J:])
         p = p[:J]
-    model_terms(t, X, np.ascontiguousarray(p), out)
+    return model_terms(t, X, np.ascontiguousarray(p), out)
 
 
 def banded_terms(p, buf, out):
-    """:func:`model_terms` of the banded path."""
+    """:func:`model_terms` of the banded path; returns the number of entries written."""
     o = nk.offsets(buf)
-    model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), np.ascontiguousarray(p), out)
+    return model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), np.ascontiguousarray(p), out)
 
 
 def operator_terms(p, buf, out):
-    """:func:`model_terms`, then ``C``, ``beta`` and, for a gradient, their derivatives."""
+    """:func:`model_terms`, then ``C``, ``beta`` and, for a gradient, their derivatives;
+    returns the number of entries written."""
     o = nk.offsets(buf)
     p = np.ascontiguousarray(p)
     n = model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), p, out)
@@ -104,13 +108,13 @@ def operator_terms(p, buf, out):
     if WANT_GRAD:
         parts.append(cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P)).ravel())
         parts.append(bp_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA_P)).ravel())
-    put_parts(parts, out, n)
+    return put_parts(parts, out, n)
 
 
 def c_terms(p_, J, buf_, n_buf, out_, n_out):
-    """The terms' C entry point (:data:`~pymc_wendy.backends.numba_kernels.TERMS_SIGNATURE`)."""
-    terms(numba.carray(p_, (J,)), numba.carray(buf_, (n_buf,)), numba.carray(out_, (n_out,)))
-    return 0
+    """The terms' C entry point (:data:`~pymc_wendy.backends.numba_kernels.TERMS_SIGNATURE`):
+    returns the number of entries written, -1 if they do not fit in ``n_out``."""
+    return terms(numba.carray(p_, (J,)), numba.carray(buf_, (n_buf,)), numba.carray(out_, (n_out,)))
 
 
 # --- the kernel of each kind (compiled once per kind, shared by every model) ---------------
@@ -127,7 +131,7 @@ def noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma):
 def linear_kernel(p, sigma2, alpha, buf, terms, flags):
     """Linear-in-parameter models: ``S`` a precomputed quadratic polynomial in ``p`` (no
     model terms)."""
-    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
+    infer_sigma, want_grad, logdet = nk.flag_bits(flags)
     o = nk.offsets(buf)
     blocks = nk.unpack3(buf, o, 0)
     be, bq = nk.unpack_index(buf, o, 1), nk.unpack_index(buf, o, 2)
@@ -148,7 +152,7 @@ def linear_kernel(p, sigma2, alpha, buf, terms, flags):
 
 def general_kernel(p, sigma2, alpha, buf, terms, flags):
     """The general path (:class:`~pymc_wendy.weak.first_order.FirstOrderForm`)."""
-    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
+    infer_sigma, want_grad, logdet = nk.flag_bits(flags)
     o = nk.offsets(buf)
     X = nk.unpack2(buf, o, 1)
     phi, dphi, b = nk.unpack2(buf, o, 2), nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
@@ -175,7 +179,7 @@ def general_kernel(p, sigma2, alpha, buf, terms, flags):
 
 def banded_kernel(p, sigma2, alpha, buf, terms, flags):
     """The general path with local test functions (:mod:`~pymc_wendy.backends.numba_banded`)."""
-    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
+    infer_sigma, want_grad, logdet = nk.flag_bits(flags)
     o = nk.offsets(buf)
     X, start = nk.unpack2(buf, o, 1), nk.unpack_index(buf, o, 2)
     phi, dphi = nk.unpack2(buf, o, 3), nk.unpack2(buf, o, 4)
@@ -196,7 +200,7 @@ def banded_kernel(p, sigma2, alpha, buf, terms, flags):
 
 def operator_kernel(p, sigma2, alpha, buf, terms, flags):
     """Models with derivative terms or inputs (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
-    infer_sigma, want_grad, logdet = flags & 1 != 0, flags & 2 != 0, flags & 4 != 0
+    infer_sigma, want_grad, logdet = nk.flag_bits(flags)
     o = nk.offsets(buf)
     X, phi = nk.unpack2(buf, o, 1), nk.unpack2(buf, o, 2)
     ops, OX, Psi = nk.unpack3(buf, o, 3), nk.unpack3(buf, o, 4), nk.unpack2(buf, o, 5)

@@ -654,7 +654,7 @@ def unpack_index(buf, off, i):
 _DOUBLE_P = numba.types.CPointer(numba.types.float64)
 
 #: the C signature of a model's terms (:func:`~pymc_wendy.backends.kernel_cache.kernel_for`):
-#: ``(p, J, buffer, buffer size, out, out size) -> status``
+#: ``(p, J, buffer, buffer size, out, out size) -> entries written`` (-1: they do not fit)
 TERMS_SIGNATURE = numba.types.int64(
     _DOUBLE_P, numba.types.int64, _DOUBLE_P, numba.types.int64, _DOUBLE_P, numba.types.int64
 )
@@ -675,6 +675,16 @@ C_SIGNATURE = numba.types.int64(
     numba.types.int64,
     _DOUBLE_P,
 )
+
+
+#: the bits of a kernel's ``flags`` argument: noise inferred, gradient wanted, log-determinant
+INFER_SIGMA, WANT_GRADIENT, LOGDET = 1, 2, 4
+
+
+@numba.njit(cache=True)
+def flag_bits(flags):
+    """``(infer_sigma, want_grad, logdet)`` of a kernel's ``flags``."""
+    return flags & INFER_SIGMA != 0, flags & WANT_GRADIENT != 0, flags & LOGDET != 0
 
 
 @numba.njit(cache=True)

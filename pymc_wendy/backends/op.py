@@ -287,7 +287,8 @@ def _numba_funcify(op, node=None, **kwargs):
         s2 = np.ascontiguousarray(sigma2)
         terms = np.empty(n_terms)
         out = np.empty(1 + J + D)
-        terms_fn(p.ctypes, J, buf.ctypes, n_buf, terms.ctypes, n_terms)
+        if terms_fn(p.ctypes, J, buf.ctypes, n_buf, terms.ctypes, n_terms) != n_terms:
+            raise ValueError("weak log-likelihood: the model's terms do not match their buffer")
         entry(p.ctypes, J, s2.ctypes, D, alpha, buf.ctypes, n_buf, terms.ctypes, n_terms,
               flags, out.ctypes)  # fmt: skip
         return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]

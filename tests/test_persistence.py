@@ -35,9 +35,13 @@ def _round_trip(tree: xr.DataTree, path) -> xr.DataTree:
 def test_sampling_results_survive_netcdf(logistic, tmp_path):
     _, _, model = logistic
     with model:
-        idata = pw.sample(100, tune=100, chains=2, progressbar=False, random_seed=0)
+        # unchecked: the check's and the correction's groups are round-tripped in test_check.py
+        # and test_correction.py, and the check costs this storage test two compilations
+        idata = pw.sample(100, tune=100, chains=2, progressbar=False, random_seed=0, check=False)
         laplace = pw.laplace(random_seed=0)
-        sft = pw.sample_sft(30, tune=30, chains=2, rungs=2, progressbar=False, random_seed=0)
+        sft = pw.sample_sft(
+            30, tune=30, chains=2, rungs=2, progressbar=False, random_seed=0, check=False
+        )
     back = _round_trip(idata, tmp_path / "sample.nc")
     np.testing.assert_array_equal(back.posterior["p"], idata.posterior["p"])
     _round_trip(laplace, tmp_path / "laplace.nc")

@@ -280,6 +280,8 @@ def _solve_compiled(model, p, u0, t, *, rtol, atol, max_nfev) -> np.ndarray:
         if isinstance(model, PiecewiseSolver):
             return model.solve(p, u0, **options)
         return compiled_solve.compiled_solver(model).solve(p, u0, t, **options)
+    except compiled_solve.BlowUp as exc:
+        raise SimulationError(str(exc)) from None
     except compiled_solve.SolveFailed as exc:
         raise SimulationError(f"{exc}; the solution may blow up, or raise max_nfev") from None
 

@@ -202,6 +202,42 @@ def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, mo
     assert time.perf_counter() - start < 120.0  # a million draws per chain were asked for
 
 
+def test_nuts_route_whose_pace_projects_beyond_its_budget_stops_early(monkeypatch):
+    """After a fifth of the iterations the run's own pace decides: a projection beyond 1.5
+    times the budget stops it then, not when the whole budget has been waited out; a pace
+    within that margin runs on to the budget. A fake clock makes the cases exact."""
+    from pymc_wendy.bayes import correction
+
+    clock = [0.0]
+    monkeypatch.setattr(correction.time, "perf_counter", lambda: clock[0])
+    weighted = {"k": 1.2, "k_variance": 1.5}
+
+    def run(seconds_per_iteration: float, budget: float = 100.0, total: int = 100):
+        clock[0] = 0.0
+        callback = correction._deadline_callback(budget, total)
+        for _ in range(total):
+            clock[0] += seconds_per_iteration
+            try:
+                callback(None, None)
+            except correction._OverBudget as exc:
+                return exc
+        return None
+
+    assert run(0.9) is None  # 90 s in all
+    # projects 140 s, within 1.5 x 100 s: it runs on until the budget is spent
+    assert run(1.4).done == 72
+    stopped = run(1.6)  # projects 160 s: stopped at the first check, iteration 20
+    assert (stopped.done, stopped.total) == (20, 100)
+    assert stopped.elapsed == pytest.approx(32.0) and stopped.projected == pytest.approx(160.0)
+    message = str(correction.CorrectionTooCostly(60.0, 100.0, weighted, stopped=stopped))
+    assert "stopped after 20 of 100 iterations (32 s), whose pace projects 3 min" in message
+    assert "beyond the budget of 100 s" in message
+    late = run(12.0)  # past the budget before a fifth is done: the budget stops it
+    assert late.done == 9 and late.elapsed > 100.0
+    message = str(correction.CorrectionTooCostly(60.0, 100.0, weighted, stopped=late))
+    assert "stopped when the budget of 100 s was spent, after 9 of 100" in message
+
+
 def test_hostile_correction_options(drift):
     model, idata, _, _ = drift
     with model, pytest.raises(ValueError, match="correction must be 'auto', 'forward' or None"):

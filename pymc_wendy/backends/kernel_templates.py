@@ -241,10 +241,13 @@ def c_entry(p_, J, s2_, n_s2, alpha, buf_, n_buf, terms_, n_terms, flags, out_):
     terms = numba.carray(terms_, (n_terms,))
     out = numba.carray(out_, (1 + J + n_s2,))
     nll, gp, gs = kernel(p, s2, alpha, buf, terms, flags)
+    # loops, not slice assignments: those compile numba's shape-mismatch message, about
+    # 3 s per kernel with a cold cache
     out[0] = nll
-    out[1 : 1 + J] = gp
-    if n_s2 > 0:
-        out[1 + J :] = gs[:n_s2]
+    for j in range(J):
+        out[1 + j] = gp[j]
+    for d in range(n_s2):
+        out[1 + J + d] = gs[d]
     return 0
 
 

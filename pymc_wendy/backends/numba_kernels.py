@@ -477,7 +477,8 @@ def _pair_weights(p):
     J = p.size
     pt = np.empty(J + 1)
     pt[0] = 1.0
-    pt[1:] = p
+    for j in range(J):  # not a slice assignment: see kernel_templates.c_entry
+        pt[1 + j] = p[j]
     wpair = np.empty((J + 1) * (J + 2) // 2)
     q = 0
     for i in range(J + 1):

@@ -44,6 +44,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import xarray as xr
+from pytensor.compile.mode import Mode
 from pytensor.graph.replace import graph_replace, vectorize_graph
 from pytensor.graph.traversal import ancestors, apply_ancestors
 from scipy import optimize, stats
@@ -501,6 +502,13 @@ def _weak_logp(idata, model: pm.Model, Zw: np.ndarray, rows: np.ndarray | None =
     return np.asarray(full.evaluate(Zw[rows])[0], dtype=float)
 
 
+# The Laplace fits' function runs in Python (no fusion: a fused elementwise Op in Python
+# loops over scalars, 50 ms a call): PyTensor's C VM compiled 14 C modules for it, 15 s with
+# a cold cache (the first check on a machine: 18-19 s against 2 s now), for 1.0 against
+# 1.9 ms a call over the 120-130 calls of a check (FitzHugh-Nagumo, 513 points).
+_GRADIENT_MODE = Mode(linker="py", optimizer="fast_run").excluding("fusion")
+
+
 class _Gradient:
     """The forward model's log-density and gradient (sensitivity solves) on raveled points."""
 
@@ -514,7 +522,7 @@ class _Gradient:
         grad = pt.concatenate([g.ravel() for g in pytensor.grad(logp, values)])
         # one function, so that the value and the gradient share one sensitivity solve
         with quiet_c_backend():
-            self._fn = fmodel.compile_fn([logp, grad], mode="CVM")
+            self._fn = fmodel.compile_fn([logp, grad], mode=_GRADIENT_MODE)
         self.n_calls = 0
         self.seconds = 0.0
 

@@ -148,7 +148,9 @@ def whitened_model(
     # model=None: not a sub-model of whatever model context the caller is in
     with pm.Model(coords=model.coords, model=None) as new:
         z = pm.Flat(WHITENED, shape=H.shape[0])
-        x = pt.as_tensor(mode.data) + pt.as_tensor(L) @ z
+        # L z as a sum of products, not a Dot: numba compiles a Dot's BLAS call for the
+        # value and again for the gradient, about 2 s each with a cold cache
+        x = pt.as_tensor(mode.data) + (pt.as_tensor(L) * z[None, :]).sum(axis=1)
         pieces, start = {}, 0
         for name, shape, size, dtype in mode.point_map_info:
             pieces[name] = x[start : start + size].reshape(shape).astype(dtype)

@@ -72,6 +72,14 @@ def _error_norm(err, y0, y1, rtol, atol):
     return math.sqrt(acc / err.size)
 
 
+@numba.njit(cache=True)
+def _copy(src, dst):
+    """``dst[:] = src`` for vectors of one length: a slice assignment compiles numba's
+    shape-mismatch message, about 3 s with a cold cache."""
+    for i in range(src.size):
+        dst[i] = src[i]
+
+
 # long: the stages, the error control and the stiffness test share the step's arrays
 def _explicit_solve(derivative, y0, t, p, rtol, atol, max_steps, max_total, sens, work):
     """Dormand and Prince's explicit Runge-Kutta 5(4) pair (DOPRI5; Hairer, Norsett and
@@ -93,7 +101,7 @@ def _explicit_solve(derivative, y0, t, p, rtol, atol, max_steps, max_total, sens
     y, y1, stage, y6 = y0.copy(), np.empty(n), np.empty(n), np.empty(n)
     stiff, nonstiff = 0, 0
     Y = np.full((t.size, n), np.nan)
-    Y[0] = y0
+    _copy(y0, Y[0])
     derivative(t[0], y, p, sens, K[0], work)
     # the starting step: explicit Euler's change and curvature about 1 % of the tolerance
     d0 = _error_norm(y, y, y, rtol, atol)
@@ -122,9 +130,9 @@ def _explicit_solve(derivative, y0, t, p, rtol, atol, max_steps, max_total, sens
                     acc += a[s, r] * K[r, i]
                 stage[i] = y[i] + step * acc
             if s == 5:
-                y6[:] = stage
+                _copy(stage, y6)
             if s == 6:
-                y1[:] = stage
+                _copy(stage, y1)
             derivative(tc + c[s] * step, stage, p, sens, K[s], work)
         for i in range(n):
             acc = 0.0
@@ -155,7 +163,7 @@ def _explicit_solve(derivative, y0, t, p, rtol, atol, max_steps, max_total, sens
         t1 = t[-1] if step == t[-1] - tc else tc + step
         while m < t.size and t[m] <= t1:
             if t[m] == t1:
-                Y[m] = y1
+                _copy(y1, Y[m])
             else:
                 theta = (t[m] - tc) / step
                 theta1 = 1.0 - theta
@@ -172,8 +180,8 @@ def _explicit_solve(derivative, y0, t, p, rtol, atol, max_steps, max_total, sens
             m += 1
             steps = 0
         tc = t1
-        y[:] = y1
-        K[0] = K[6]
+        _copy(y1, y)
+        _copy(K[6], K[0])
         grow = 10.0 if err == 0.0 else min(10.0, max(0.2, 0.9 * err**-0.2))
         if rejected:
             grow = min(grow, 1.0)

@@ -280,9 +280,12 @@ def _compile_kernel(model: ODEModel):
             for d in range(D):
                 if not np.isfinite(x[d]):
                     return m + 1
-            X[m + 1] = x
-            if sens:
-                S_out[m + 1] = S
+            # loops, not row assignments (numba's shape messages, seconds to compile)
+            for d in range(D):
+                X[m + 1, d] = x[d]
+                if sens:
+                    for r in range(P):
+                        S_out[m + 1, d, r] = S[d, r]
         return K
 
     return integrate
@@ -310,9 +313,11 @@ def _kernel_start(D: int, J: int):
         S = np.zeros((D, P))
         for d in range(D):
             S[d, J + d] = 1.0
-        X[0] = x
-        if sens:
-            S_out[0] = S
+        for d in range(D):
+            X[0, d] = x[d]
+            if sens:
+                for r in range(P):
+                    S_out[0, d, r] = S[d, r]
         # generated functions write only structurally non-zero entries: one zeroed buffer
         # each, reused, keeps the zeros
         Fb, Ab, Bb = np.zeros((1, D)), np.zeros((1, D, D)), np.zeros((1, D, J))

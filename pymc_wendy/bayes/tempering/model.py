@@ -128,7 +128,8 @@ def _target_function(fn):
         b = np.empty(())
         b[()] = beta
         total, g, prior, lik = jit(x, a, b, *shared)
-        grad[:] = g
+        for i in range(grad.size):  # not grad[:] = g: numba's shape message, 3 s cold
+            grad[i] = g[i]
         parts[0] = prior[()]
         parts[1] = lik[()]
         return total[()]

@@ -72,7 +72,7 @@ def _error_norm(err, y0, y1, rtol, atol):
     return math.sqrt(acc / err.size)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")  # a call per stage costs more than the copy
 def _copy(src, dst):
     """``dst[:] = src`` for vectors of one length: a slice assignment compiles numba's
     shape-mismatch message, about 3 s with a cold cache."""

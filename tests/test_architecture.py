@@ -283,3 +283,49 @@ def test_worked_example_new_test_function_family(monkeypatch):
     res, P = namespace["res"], namespace["P"]
     assert res.success and res.likelihood.test_functions.family.name == "poly_bump"
     assert np.all(np.abs(res.x - P.p_true) < 4 * res.stderr)
+
+
+#: modules whose functions numba compiles by call or from a generated module, not by decorator
+COMPILED_MODULES = {
+    "pymc_wendy.model.dopri",
+    "pymc_wendy.model.solver_templates",
+    "pymc_wendy.backends.kernel_templates",
+}
+
+
+def _compiled(fn: ast.FunctionDef, module: str) -> bool:
+    decorators = " ".join(ast.unparse(d) for d in fn.decorator_list)
+    return module in COMPILED_MODULES or "njit" in decorators or "cfunc" in decorators
+
+
+def _array_slice_assignments(fn: ast.FunctionDef) -> list[int]:
+    """Lines of ``a[i:j] = b`` (or ``+=``) with ``b`` not a number."""
+    lines = []
+    for node in ast.walk(fn):
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target]
+            if isinstance(node, ast.AugAssign) else []
+        )  # fmt: skip
+        value = getattr(node, "value", None)
+        scalar = isinstance(value, ast.Constant) or (
+            isinstance(value, ast.UnaryOp) and isinstance(value.operand, ast.Constant)
+        )
+        for target in targets:
+            if isinstance(target, ast.Subscript) and not scalar:
+                if any(isinstance(n, ast.Slice) for n in ast.walk(target.slice)):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_compiled_code_assigns_arrays_without_slices():
+    """Numba compiles a formatted shape-mismatch message for each slice assignment of an
+    array, 3-4.6 s per combination of dimensions with a cold cache (a loop: 0.15 s), which
+    a fresh machine's first fit or demo pays (docs/performance.md, "A fresh machine")."""
+    offenders = []
+    for module, tree in MODULES.items():
+        for fn in ast.walk(tree):
+            if isinstance(fn, ast.FunctionDef) and _compiled(fn, module):
+                offenders += [f"{module}:{line} {fn.name}" for line in _array_slice_assignments(fn)]
+    assert not offenders, "slice assignments of arrays in compiled code:\n" + "\n".join(
+        sorted(set(offenders))
+    )

@@ -521,8 +521,7 @@ class _Gradient:
         values = [fmodel.rvs_to_values[rv] for rv in space.rvs]
         grad = pt.concatenate([g.ravel() for g in pytensor.grad(logp, values)])
         # one function, so that the value and the gradient share one sensitivity solve
-        with quiet_c_backend():
-            self._fn = fmodel.compile_fn([logp, grad], mode=_GRADIENT_MODE)
+        self._fn = fmodel.compile_fn([logp, grad], mode=_GRADIENT_MODE)
         self.n_calls = 0
         self.seconds = 0.0
 

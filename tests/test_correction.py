@@ -29,21 +29,23 @@ def _moments(result) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize(
-    ("method", "proposal"),
+    ("method", "proposal", "sampler"),
     [
-        ("importance", "moved"),
-        ("importance", "laplace_t"),
-        ("importance", "adapted_t"),
-        ("nuts", "auto"),
+        ("importance", "moved", "auto"),
+        ("importance", "laplace_t", "auto"),
+        ("importance", "adapted_t", "auto"),
+        ("nuts", "auto", "nutpie"),
+        ("nuts", "auto", "pymc"),
     ],
 )
-def test_correction_recovers_the_closed_form_posterior(drift, method, proposal, tmp_path):
+def test_correction_recovers_the_closed_form_posterior(drift, method, proposal, sampler, tmp_path):
     model, idata, mean, cov = drift
     result = forward_correction(
         idata,
         model,
         method=method,
         proposal=proposal,
+        nuts_sampler=sampler,
         initial_state=pm.Normal.dist(0.0, U0_PRIOR_SD, shape=1),
         draws=1000,
         tune=300,
@@ -184,8 +186,9 @@ def test_nuts_route_beyond_its_budget_is_refused_and_pw_sample_keeps_the_weak_dr
     assert result["weak_check"].attrs["verdict"] == "differs"
 
 
-def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, monkeypatch):
-    """An estimate that was too low does not let the NUTS route run on: the sampler stops
+@pytest.mark.parametrize("sampler", ["nutpie", "pymc"])
+def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, monkeypatch, sampler):
+    """An estimate that was too low does not let the NUTS route run on: either sampler stops
     when the budget is spent, with CorrectionTooCostly saying how far it got."""
     from pymc_wendy.bayes import correction
     from pymc_wendy.bayes.correction import CorrectionTooCostly
@@ -198,29 +201,25 @@ def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, mo
         forward_correction(
             idata, model, method="nuts", initial_state=initial, max_nuts_seconds=1.0,
             draws=10**6, tune=10, chains=2, random_seed=0, progressbar=False,
+            nuts_sampler=sampler,
         )  # fmt: skip
     assert time.perf_counter() - start < 120.0  # a million draws per chain were asked for
 
 
-def test_nuts_route_whose_pace_projects_beyond_its_budget_stops_early(monkeypatch):
+def test_nuts_route_whose_pace_projects_beyond_its_budget_stops_early():
     """After a fifth of the iterations the run's own pace decides: a projection beyond 1.5
     times the budget stops it then, not when the whole budget has been waited out; a pace
-    within that margin runs on to the budget. A fake clock makes the cases exact."""
+    within that margin runs on to the budget. Exact times make the cases exact."""
     from pymc_wendy.bayes import correction
+    from pymc_wendy.bayes.forward_nuts import _over_budget
 
-    clock = [0.0]
-    monkeypatch.setattr(correction.time, "perf_counter", lambda: clock[0])
     weighted = {"k": 1.2, "k_variance": 1.5}
 
     def run(seconds_per_iteration: float, budget: float = 100.0, total: int = 100):
-        clock[0] = 0.0
-        callback = correction._deadline_callback(budget, total)
-        for _ in range(total):
-            clock[0] += seconds_per_iteration
-            try:
-                callback(None, None)
-            except correction._OverBudget as exc:
-                return exc
+        for done in range(1, total + 1):
+            stop = _over_budget(budget, total, done, done * seconds_per_iteration)
+            if stop is not None:
+                return stop
         return None
 
     assert run(0.9) is None  # 90 s in all
@@ -257,6 +256,8 @@ def test_hostile_correction_options(drift):
     for bad in (0, 2.5):
         with pytest.raises(ValueError, match="max_batches must be an integer >= 1"):
             forward_correction(idata, model, max_batches=bad)
+    with pytest.raises(ValueError, match="nuts_sampler must be one of"):
+        forward_correction(idata, model, nuts_sampler="numpyro")
     # draws of another model: named, early
     other = idata.copy()
     other["posterior"] = other.posterior.to_dataset().rename({"a": "b"})

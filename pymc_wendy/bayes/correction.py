@@ -26,14 +26,17 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    smoothed importance sampling*, JMLR 2024, for the variances, which set the intervals'
    widths): heavy weights in the tails can leave the weights' ``k`` fine and the variances
    short. One forward solve per draw.
-3. **warm-started NUTS** ("nuts"), when either ``k`` is larger: PyMC's NUTS on the forward model,
-   every chain started at a proposal draw, the mass matrix the proposal's weighted
-   covariance (the Laplace one where the weights are too few), a short tuning phase that
-   adapts the step size only, ``target_accept=0.95``. One sensitivity solve per gradient.
+3. **warm-started NUTS** ("nuts"), when either ``k`` is larger: NUTS on the forward model,
+   every chain started near the proposal, the mass matrix the proposal's weighted
+   covariance (the Laplace one where the weights are too few), ``target_accept=0.95``. One
+   sensitivity solve per gradient. nutpie with the solves compiled where every term's
+   model is of first order without inputs, PyMC's NUTS otherwise
+   (:mod:`~pymc_wendy.bayes.forward_nuts`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 import warnings
@@ -50,7 +53,9 @@ from pytensor.graph.traversal import ancestors, apply_ancestors
 from scipy import optimize, stats
 
 from pymc_wendy._progress import ProgressBar
-from pymc_wendy.bayes.forward import ForwardTerm, forward_model, quiet_c_backend
+from pymc_wendy.bayes.forward import ForwardTerm, forward_model
+from pymc_wendy.bayes.forward_numba import compiled_natively
+from pymc_wendy.bayes.forward_nuts import OverBudget, nutpie_nuts, pymc_nuts
 from pymc_wendy.model.compiled_solve import SolveFailed
 
 __all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "CorrectionTooCostly", "forward_correction"]
@@ -63,6 +68,7 @@ PROPOSAL_WIDENING = 1.5
 # when the moved weak draws' k is too large: heavy enough tails to cover a skewed target.
 LAPLACE_T_DF = 3
 _METHODS = ("auto", "importance", "nuts")
+_SAMPLERS = ("auto", "nutpie", "pymc")
 _PROPOSALS = ("auto", "moved", "laplace_t", "adapted_t")
 # the proposals each choice weighs, in order ("adapted_t" is fitted to the "laplace_t" draws)
 _CANDIDATES = {
@@ -99,6 +105,7 @@ def forward_correction(
     random_seed: int | None = None,
     progressbar: bool = True,
     max_nuts_seconds: float | None = None,
+    nuts_sampler: str = "auto",
 ) -> xr.DataTree:
     """Correct a weak posterior to the forward-solve posterior of the same model.
 
@@ -151,6 +158,10 @@ def forward_correction(
         fifth of the iterations are done and their pace projects more than 1.5 times the
         budget, with the same exception. ``pw.sample``'s automatic correction uses it
         (:data:`~pymc_wendy.bayes.sampling.NUTS_BUDGET_FACTOR`).
+    nuts_sampler : {"auto", "nutpie", "pymc"}
+        The NUTS route's sampler (:mod:`~pymc_wendy.bayes.forward_nuts`). "auto": nutpie,
+        with the log-density and the solves compiled by numba, where it is installed and
+        every term's model is of first order without inputs; PyMC's NUTS otherwise.
 
     Returns
     -------
@@ -165,7 +176,7 @@ def forward_correction(
         Pareto-smoothed ``log_weight`` in a ``proposal`` group, and resamples as many draws
         as ``idata`` has.
     """
-    _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds)
+    _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds, nuts_sampler)
     require_posterior(idata)
     start = time.perf_counter()
     model = pm.modelcontext(model)
@@ -205,15 +216,18 @@ def forward_correction(
         n_solves = forward.n_solves
     else:
         nchains = chains or idata.posterior.sizes["chain"]
-        estimate = _nuts_seconds(weighted, idata, draws, tune, nchains)
+        sampler = _sampler(nuts_sampler, terms)
+        seconds = _native_seconds(weighted) if sampler == "nutpie" else None
+        estimate = _nuts_seconds(weighted, idata, draws, tune, nchains, seconds)
         if max_nuts_seconds is not None and estimate > max_nuts_seconds:
             raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted)
+        options = {
+            "draws": draws, "tune": tune, "chains": nchains, "target_accept": target_accept,
+            "progressbar": progressbar, "nuts_sampler": sampler,
+        }  # fmt: skip
         try:
-            result = _warm_nuts(
-                fmodel, weighted, draws, tune, nchains, target_accept, rng, progressbar,
-                budget=max_nuts_seconds,
-            )  # fmt: skip
-        except _OverBudget as exc:
+            result = _warm_nuts(fmodel, weighted, options, rng, budget=max_nuts_seconds)
+        except OverBudget as exc:
             raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted, stopped=exc) from None
         n_solves = forward.n_solves + int(result.sample_stats["n_steps"].sum())
         route = "nuts"
@@ -236,7 +250,7 @@ class CorrectionTooCostly(RuntimeError):
     """
 
     def __init__(
-        self, estimate: float, budget: float, weighted: dict, stopped: _OverBudget | None = None
+        self, estimate: float, budget: float, weighted: dict, stopped: OverBudget | None = None
     ):
         self.estimate, self.budget = float(estimate), float(budget)
         self.pareto_k = float(weighted["k"])
@@ -265,31 +279,15 @@ class CorrectionTooCostly(RuntimeError):
             )
 
 
-class _OverBudget(Exception):
-    """Raised by the NUTS route's per-draw callback when its deadline has passed or its pace
-    projects the run beyond it."""
-
-    def __init__(self, done: int, total: int, elapsed: float, projected: float):
-        self.done, self.total = done, total
-        self.elapsed, self.projected = elapsed, projected
-        super().__init__(f"{done} of {total} iterations")
-
-
-# The NUTS route's pre-run estimate (a Laplace fit's seconds per gradient times a guessed
-# tree size) was 4 times too low on Theophylline's hierarchy, which then ran for its whole
-# budget of 27 min to be stopped at 3 619 of 6 000 iterations. After this share of the
-# iterations (tuning's, whose trees are the deepest, included) the run's own pace is the
-# better estimate, and a projection beyond this margin over the budget stops it there.
-_PACE_AFTER = 0.2
-_PACE_MARGIN = 1.5
-
-
 def _duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def _nuts_seconds(weighted: dict, idata, draws: int, tune: int, chains: int) -> float:
-    """The NUTS route's estimated wall time: seconds per gradient (the Laplace fit's) times
+def _nuts_seconds(
+    weighted: dict, idata, draws: int, tune: int, chains: int, seconds: float | None = None
+) -> float:
+    """The NUTS route's estimated wall time: seconds per gradient (``seconds``, default the
+    Laplace fit's) times
     steps per draw (the weak sampler's mean, whose geometry the warm-started forward NUTS
     shares; 31, a depth-5 tree, when it did not record them) times the iterations of every
     chain, the chains spread over the cores."""
@@ -299,10 +297,30 @@ def _nuts_seconds(weighted: dict, idata, draws: int, tune: int, chains: int) -> 
         steps = max(float(np.mean(stats["n_steps"])), 1.0)
     cores = max(1, min(chains, len(os.sched_getaffinity(0))))
     rounds = int(np.ceil(chains / cores))
-    return weighted["seconds_per_gradient"] * steps * (draws + tune) * rounds
+    if seconds is None:
+        seconds = weighted["seconds_per_gradient"]
+    return seconds * steps * (draws + tune) * rounds
 
 
-def _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds) -> None:
+def _native_seconds(weighted: dict) -> float:
+    """Seconds per gradient of the forward model compiled natively: its terms' sensitivity
+    solves at the Laplace mode (the best of three; the rest of a compiled gradient costs
+    microseconds)."""
+    forward = weighted["forward"]
+    out = forward.space.evaluate(weighted["mode"][None, :])
+    total = 0.0
+    for k, term in enumerate(forward.terms):
+        p, _, u0 = forward.term_inputs(out, 0, k)
+        best = np.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            term.op.solve(p, u0)
+            best = min(best, time.perf_counter() - start)
+        total += best
+    return total
+
+
+def _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds, sampler) -> None:
     """A ``ValueError`` naming an option of :func:`forward_correction` it cannot use."""
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}; got {method!r}")
@@ -316,6 +334,10 @@ def _check_options(method, proposal, target_ess, max_batches, max_nuts_seconds) 
         isinstance(max_nuts_seconds, int | float | np.number) and max_nuts_seconds > 0
     ):
         raise ValueError(f"max_nuts_seconds must be a positive number; got {max_nuts_seconds!r}")
+    if sampler not in _SAMPLERS:
+        raise ValueError(f"nuts_sampler must be one of {_SAMPLERS}; got {sampler!r}")
+    if sampler == "nutpie" and importlib.util.find_spec("nutpie") is None:
+        raise ImportError("nuts_sampler='nutpie' needs nutpie (pip install nutpie)")
 
 
 def require_posterior(idata) -> None:
@@ -905,45 +927,30 @@ def _mass_matrix(weighted: dict) -> np.ndarray:
     return _weighted_moments(weighted, cov)[1]
 
 
-def _warm_nuts(fmodel, weighted, draws, tune, chains, target_accept, rng, progressbar, budget=None):
-    """NUTS on the forward model, each chain started at a proposal draw, the mass matrix
-    from :func:`_mass_matrix` (step size adapted in ``tune`` steps); :class:`_OverBudget`
-    once it has run ``budget`` seconds."""
-    stop = _deadline_callback(budget, chains * (draws + tune))
+def _warm_nuts(fmodel, weighted, options: dict, rng, budget=None):
+    """NUTS on the forward model (:mod:`~pymc_wendy.bayes.forward_nuts`): PyMC's started at
+    draws of the kept proposal, nutpie's whitened at the Laplace mode; the mass matrix from
+    :func:`_mass_matrix`. ``options``: draws, tuning steps, chains, target acceptance,
+    progress bar and the sampler (:func:`_sampler`)."""
+    opts = dict(options)
+    sampler = opts.pop("nuts_sampler")
+    seed = int(rng.integers(2**31))
+    if sampler == "nutpie":
+        cov = _mass_matrix(weighted)
+        return nutpie_nuts(fmodel, weighted["mode"], cov, seed=seed, budget=budget, **opts)
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
+    chains = opts.pop("chains")
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
     values = forward.constrained(Z[starts])
     initvals = [{n: v[c] for n, v in values.items()} for c in range(chains)]
-    with fmodel, quiet_c_backend():
-        step = pm.NUTS(
-            scaling=_mass_matrix(weighted), is_cov=True, target_accept=target_accept,
-            compile_kwargs={"mode": "CVM"},
-        )  # fmt: skip
-        return pm.sample(
-            draws, tune=tune, chains=chains, step=step, initvals=initvals,
-            cores=min(chains, len(os.sched_getaffinity(0))),
-            random_seed=int(rng.integers(2**31)), progressbar=progressbar,
-            compile_kwargs={"mode": "CVM"}, callback=stop,
-        )  # fmt: skip
+    return pymc_nuts(fmodel, _mass_matrix(weighted), initvals, seed=seed, budget=budget, **opts)
 
 
-def _deadline_callback(budget: float | None, total: int):
-    """A ``pm.sample`` callback raising :class:`_OverBudget` once ``budget`` seconds have
-    passed, or earlier, once :data:`_PACE_AFTER` of the ``total`` iterations are done, when
-    their pace projects the whole run beyond :data:`_PACE_MARGIN` times the budget (PyMC
-    closes its chains' processes when a callback raises)."""
-    if budget is None:
-        return None
-    start, done = time.perf_counter(), 0
-
-    def callback(trace, draw):
-        nonlocal done
-        done += 1
-        elapsed = time.perf_counter() - start
-        projected = elapsed * total / done
-        paced = done >= _PACE_AFTER * total and projected > _PACE_MARGIN * budget
-        if elapsed > budget or paced:
-            raise _OverBudget(done, total, elapsed, projected)
-
-    return callback
+def _sampler(nuts_sampler: str, terms: list[ForwardTerm]) -> str:
+    """The NUTS route's sampler: ``nuts_sampler``, or for "auto" nutpie where it is installed
+    and every forward solution is compiled natively, else PyMC's."""
+    if nuts_sampler != "auto":
+        return nuts_sampler
+    native = all(compiled_natively(term.op) for term in terms)
+    return "nutpie" if native and importlib.util.find_spec("nutpie") is not None else "pymc"

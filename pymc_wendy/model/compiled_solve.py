@@ -51,8 +51,13 @@ _SUCCESS = "Integration successful."
 # problems, which take a few steps per output time.
 _EXPLICIT_STEPS_PER_OUTPUT = 20
 _EXPLICIT_STEPS_BASE = 5000
-# dopri.explicit_solve's status when the step size fell below the time's resolution
-_STEP_COLLAPSED = 2
+#: dopri.explicit_solve's status when the step size fell below the time's resolution
+STEP_COLLAPSED = 2
+
+
+def explicit_budget(n_times: int) -> int:
+    """The explicit solver's total step budget for ``n_times`` output times."""
+    return _EXPLICIT_STEPS_PER_OUTPUT * n_times + _EXPLICIT_STEPS_BASE
 
 
 class SolveFailed(RuntimeError):
@@ -118,7 +123,10 @@ def _build(model: ODEModel) -> CompiledSolver:
     module = load_module("\n".join(lines) + "\n", "pymc_wendy_solver_")
     target = dopri.derivative_target(module.derivative)
     explicit = functools.partial(_explicit, target, module.work_buffer)
-    return CompiledSolver(model, module.rhs, module.jac, module.sensitivity_rhs, explicit)
+    return CompiledSolver(
+        model, module.rhs, module.jac, module.sensitivity_rhs, explicit, module.derivative,
+        module.work_buffer,
+    )  # fmt: skip
 
 
 def _explicit(derivative, work, y0, t, p, rtol, atol, max_steps, max_total, sens):
@@ -154,15 +162,18 @@ class CompiledSolver:
     jac: Callable
     sensitivity_rhs: Callable
     explicit: Callable
+    #: the model's right-hand side for :func:`~pymc_wendy.model.dopri.explicit_dispatcher`
+    #: and its work buffer's factory, both numba functions a compiled caller can call
+    derivative: Callable
+    work_buffer: Callable
 
     def _stepped(self, y0, t, p, rtol, atol, max_steps, sens: bool) -> np.ndarray:
         """The explicit solver's solution, else (a stiff problem, a step budget spent) LSODA's;
         a collapsed step size fails at once."""
-        total = _EXPLICIT_STEPS_PER_OUTPUT * t.size + _EXPLICIT_STEPS_BASE
-        Y, status = self.explicit(y0, t, p, rtol, atol, max_steps, total, sens)
+        Y, status = self.explicit(y0, t, p, rtol, atol, max_steps, explicit_budget(t.size), sens)
         if status == 0 and np.all(np.isfinite(Y)):
             return Y
-        if status == _STEP_COLLAPSED:
+        if status == STEP_COLLAPSED:
             # a finite-time blow-up (or a right-hand side that is not finite): LSODA fails there
             # too, after 30-80 ms of its step budget (about 40 us for the explicit pair), which
             # made draws that blow up most of an importance batch's time. Measured over 1 320

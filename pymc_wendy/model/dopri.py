@@ -198,8 +198,17 @@ def explicit_solve():
     whole solve), the entry point unboxes the arguments by the fixed signature (10 us). So
     every argument must have its exact type (:func:`derivative_target`, float64 C-contiguous
     writable arrays, Python floats, ints and a bool)."""
-    dispatcher = numba.njit(_SIGNATURE, cache=True, error_model="numpy")(_explicit_solve)
+    dispatcher = explicit_dispatcher()
     return dispatcher.overloads[dispatcher.signatures[0]].entry_point
+
+
+@functools.cache
+def explicit_dispatcher():
+    """:func:`_explicit_solve`'s numba dispatcher, compiled for its one signature only: a
+    compiled caller (a forward solution inside a sampler's log-density) calls it with the
+    model's ``derivative`` dispatcher, which numba converts to :data:`DERIVATIVE`, so one
+    machine code (cached on disk) serves every model."""
+    return numba.njit(_SIGNATURE, cache=True, error_model="numpy")(_explicit_solve)
 
 
 def derivative_target(derivative) -> CompileResultWAP:

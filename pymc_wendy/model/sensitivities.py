@@ -21,7 +21,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, supports
+from pymc_wendy.model.compiled_solve import (
+    CompiledSolver,
+    SolveFailed,
+    compiled_solver,
+    supports,
+)
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.piecewise_solve import PiecewiseSolver, supports_piecewise
 from pymc_wendy.model.simulate import SimulationError, integrate, solve, vector_field
@@ -112,6 +117,13 @@ class ForwardSolver:
         else:
             self._solver = None
         self.compiled = self._solver is not None
+
+    @property
+    def single(self) -> CompiledSolver | None:
+        """The compiled solver when a solve is one explicit solve over all the output times
+        (a first-order model without inputs), which compiled code can call
+        (:mod:`~pymc_wendy.bayes.forward_numba`); None otherwise."""
+        return self._solver if isinstance(self._solver, CompiledSolver) else None
 
     def solve(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
         """The companion state at the output times, ``(n, n_initial)``; raises

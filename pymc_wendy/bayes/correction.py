@@ -287,10 +287,9 @@ def _nuts_seconds(
     weighted: dict, idata, draws: int, tune: int, chains: int, seconds: float | None = None
 ) -> float:
     """The NUTS route's estimated wall time: seconds per gradient (``seconds``, default the
-    Laplace fit's) times
-    steps per draw (the weak sampler's mean, whose geometry the warm-started forward NUTS
-    shares; 31, a depth-5 tree, when it did not record them) times the iterations of every
-    chain, the chains spread over the cores."""
+    Laplace fit's) times steps per draw (the weak sampler's mean, whose geometry the
+    warm-started forward NUTS shares; 31, a depth-5 tree, when it did not record them) times
+    the iterations of every chain, the chains spread over the cores."""
     stats = idata.children.get("sample_stats")
     steps = 31.0
     if stats is not None and "n_steps" in stats:

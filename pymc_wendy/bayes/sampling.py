@@ -371,9 +371,11 @@ def sample(
     }
     result = exact_by_default(idata, model, correction, check, correction_kwargs, **options)
     if "corrected" not in result.posterior.attrs:
-        # the weak draws are the result: where their divergences sit; a corrected result
-        # replaced them (its own sampler reports its divergences)
-        _warn_divergences(idata, scales)
+        _warn_divergences(idata, scales)  # the weak draws are the result
+    elif "sample_stats" in result.children:
+        # the correction's NUTS route replaced them: its divergences (nutpie's run reports
+        # none by itself)
+        _warn_divergences(result, scales)
     return result
 
 

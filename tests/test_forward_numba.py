@@ -1,6 +1,6 @@
 """The forward solution Op's numba form (pymc_wendy.bayes.forward_numba): the compiled
 explicit solve against the Op's own Python solve, LSODA's fallback on a stiff problem, a
-blow-up, and the object-mode path of a dosed model."""
+blow-up, doses solved stretch by stretch, and the object-mode path of other models."""
 
 import numpy as np
 import pymc as pm
@@ -11,6 +11,7 @@ import pytest
 import pymc_wendy as pw
 from pymc_wendy.bayes.forward import ForwardSolution, forward_model
 from pymc_wendy.bayes.forward_numba import compiled_natively
+from pymc_wendy.model.input_output import input_output
 
 
 def _relaxation() -> pw.ODEModel:
@@ -27,6 +28,10 @@ def _relaxation_solution(k, u0, t):
 
 
 def _op(ode, t, U, t0=None, **kwargs) -> ForwardSolution:
+    """The solution Op of a weak term (solved from ``t0``, the term's too when it has a known
+    initial state)."""
+    if "initial_state" in kwargs:
+        kwargs["t0"] = t0
     with pm.Model() as model:
         p = pm.Normal("p", 0, 10, shape=ode.n_params)
         pw.WeakODELikelihood("U", ode=ode, params=p, t=t, observed=U, sigma=0.1, **kwargs)
@@ -109,13 +114,50 @@ def test_a_blow_up_gives_nan():
     assert np.all(np.isnan(op.solve(np.array([2.0]), np.array([1.0]))[0]))
 
 
-def test_a_dosed_model_runs_its_python_solve():
-    """Doses are solved stretch by stretch in Python (object mode): the same numbers."""
-    prob = pw.get_problem("pk_iv_doses")
-    d = prob.simulate(noise_ratio=0.05, seed=0)
-    op = _op(prob.model, d.t, d.U, t0=0.0, inputs=d.inputs, initial_state=[0.0])
+def test_a_second_order_model_with_inputs_runs_its_python_solve():
+    """head_acceleration (x'' driven by a pulse): no compiled path; the Op's Python solve in
+    object mode, the same numbers."""
+    prob = pw.get_problem("head_acceleration")
+    d = prob.simulate(noise_ratio=0.05, n_points=101, seed=0)
+    op = _op(prob.model, d.t, d.U, inputs=d.inputs)
     assert not compiled_natively(op)
     numba_fn, cvm_fn = _both(op)
-    x = (np.asarray(prob.p_true, float), np.array([0.0]))
+    x = (np.asarray(prob.p_true, float), np.array([0.01, -0.02]))
     for a, b in zip(numba_fn(*x), cvm_fn(*x), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _dosed_ops() -> list[ForwardSolution]:
+    """One-compartment IV boluses (C(0) = 0 known); two compartments with oral doses seen in
+    C alone, through its input-output equation at rest (the Op solves the latent model and
+    keeps the central compartment's column)."""
+    iv = pw.get_problem("pk_iv_doses")
+    d = iv.simulate(noise_ratio=0.05, seed=0)
+    ops = [_op(iv.model, d.t, d.U, t0=0.0, inputs=d.inputs, initial_state=[0.0])]
+    two = pw.get_problem("pk_two_compartment")
+    io = input_output(two.model, "C")
+    doses = pw.Doses([0.0, 24.0, 48.0], 500.0)
+    t = np.linspace(0.75, 72.0, 96)
+    U = pw.solve(two.model, two.p_true, [0.0] * 3, np.r_[0.0, t], inputs={"dose": doses})[1:]
+    io_inputs = io.inputs({"dose": doses})
+    ops.append(_op(io.model, t, U[:, 1:2], t0=0.0, inputs=io_inputs, initial_state=[0.0] * 3))
+    return ops
+
+
+def test_a_dosed_model_is_solved_in_compiled_code():
+    """Doses: stretch by stretch, each bolus a jump, sensitivities chained across them; the
+    same numbers as the Python stretch-by-stretch solve (the same stretches, the same
+    steps), at points away from the data's parameters and initial states."""
+    rng = np.random.default_rng(2)
+    for op in _dosed_ops():
+        assert compiled_natively(op)
+        numba_fn, cvm_fn = _both(op)
+        J, n0 = op.likelihood.base_model.n_params, op.solver.n_initial
+        p_true = np.asarray(
+            pw.get_problem("pk_iv_doses" if J == 2 else "pk_two_compartment").p_true
+        )
+        for _ in range(2):
+            x = (p_true * rng.uniform(0.8, 1.2, size=J), np.abs(rng.normal(size=n0)))
+            for a, b in zip(numba_fn(*x), cvm_fn(*x), strict=True):
+                assert np.all(np.isfinite(b))
+                np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12 * np.abs(b).max())

@@ -30,7 +30,7 @@ initial state a parameter). The weak posterior is a cheap proposal for it
    every chain started near the proposal, the mass matrix the proposal's weighted
    covariance (the Laplace one where the weights are too few), ``target_accept=0.95``. One
    sensitivity solve per gradient. nutpie with the solves compiled where every term's
-   model is of first order without inputs, PyMC's NUTS otherwise
+   model is of first order with no inputs but doses or held values, PyMC's NUTS otherwise
    (:mod:`~pymc_wendy.bayes.forward_nuts`).
 """
 
@@ -161,7 +161,8 @@ def forward_correction(
     nuts_sampler : {"auto", "nutpie", "pymc"}
         The NUTS route's sampler (:mod:`~pymc_wendy.bayes.forward_nuts`). "auto": nutpie,
         with the log-density and the solves compiled by numba, where it is installed and
-        every term's model is of first order without inputs; PyMC's NUTS otherwise.
+        every term's model is of first order, its inputs (if any) doses or held values;
+        PyMC's NUTS otherwise.
 
     Returns
     -------

@@ -22,6 +22,7 @@ doses, 289 times: 0.16 s per sensitivity solve; this route: ``benchmarks/forward
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,7 +31,7 @@ from pymc_wendy.model.doses import Doses
 from pymc_wendy.model.inputs import Input
 from pymc_wendy.model.ode import ODEModel
 
-__all__ = ["PiecewiseSolver", "supports_piecewise"]
+__all__ = ["PiecewiseSolver", "Stretches", "supports_piecewise"]
 
 
 def supports_piecewise(model: ODEModel, inputs: Mapping[str, Input]) -> bool:
@@ -56,6 +57,36 @@ def _inputs_as_parameters(model: ODEModel) -> ODEModel:
     return ODEModel(
         rhs, states=model.states, params=[*model.params, *model.inputs], name=model.name
     )
+
+
+@dataclass(frozen=True)
+class Stretches:
+    """A :class:`PiecewiseSolver`'s stretches as flat arrays (stretch ``i`` of ``n``).
+
+    Attributes
+    ----------
+    start : ndarray (n,)
+        The stretch's first time.
+    inputs : ndarray (n, W)
+        The inputs' values on it.
+    bolus, has_bolus : ndarray (n, W), ndarray (n,) of bool
+        The bolus amounts given at its start, and whether there are any.
+    first_output, n_outputs : ndarray (n,) of int
+        The output times inside it (after its start, up to its end): their first index and
+        how many.
+    grid, grid_end : ndarray, ndarray (n,) of int
+        The times it is solved at, all stretches' end to end (its start, its output times,
+        its end): stretch ``i``'s are ``grid[grid_end[i - 1]:grid_end[i]]``.
+    """
+
+    start: np.ndarray
+    inputs: np.ndarray
+    bolus: np.ndarray
+    has_bolus: np.ndarray
+    first_output: np.ndarray
+    n_outputs: np.ndarray
+    grid: np.ndarray
+    grid_end: np.ndarray
 
 
 class PiecewiseSolver:
@@ -88,6 +119,31 @@ class PiecewiseSolver:
             out = np.flatnonzero((t > a) & (t <= b))
             grid = np.r_[a, t[out]] if out.size and t[out[-1]] == b else np.r_[a, t[out], b]
             self._stretches.append((a, w, bolus if a in jump_at else None, out, grid))
+
+    @property
+    def stretch_solver(self):
+        """The compiled solver of one stretch: the model with its inputs as parameters
+        (``p`` then the inputs' values)."""
+        return self._solver
+
+    def packed(self) -> Stretches:
+        """The stretches as flat arrays, for compiled code (:class:`Stretches`)."""
+        n, W = len(self._stretches), len(self.model.inputs)
+        packed = Stretches(
+            start=np.array([a for a, *_ in self._stretches]),
+            inputs=np.zeros((n, W)),
+            bolus=np.zeros((n, W)),
+            has_bolus=np.zeros(n, dtype=np.bool_),
+            first_output=np.array([out[0] if out.size else 0 for *_, out, _ in self._stretches]),
+            n_outputs=np.array([out.size for *_, out, _ in self._stretches]),
+            grid=np.concatenate([grid for *_, grid in self._stretches]),
+            grid_end=np.cumsum([grid.size for *_, grid in self._stretches]),
+        )
+        for i, (_, w, bolus, _, _) in enumerate(self._stretches):
+            packed.inputs[i] = w
+            if bolus is not None:
+                packed.bolus[i], packed.has_bolus[i] = bolus, True
+        return packed
 
     def solve(self, p: np.ndarray, u0: np.ndarray, **options) -> np.ndarray:
         """``U[m] = u(times[m])``, shape (n, D)."""

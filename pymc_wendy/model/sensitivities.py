@@ -125,6 +125,13 @@ class ForwardSolver:
         (:mod:`~pymc_wendy.bayes.forward_numba`); None otherwise."""
         return self._solver if isinstance(self._solver, CompiledSolver) else None
 
+    @property
+    def piecewise(self) -> PiecewiseSolver | None:
+        """The stretch-by-stretch solver of a first-order model with doses or held inputs
+        (whose stretches compiled code can solve: :mod:`~pymc_wendy.bayes.forward_numba`);
+        None otherwise."""
+        return self._solver if isinstance(self._solver, PiecewiseSolver) else None
+
     def solve(self, p: np.ndarray, u0: np.ndarray) -> np.ndarray:
         """The companion state at the output times, ``(n, n_initial)``; raises
         :class:`SolveFailed`."""

@@ -106,13 +106,12 @@ def _native(op: ForwardSolution, python_solve):
         Y, status = explicit(
             derivative, y0, times.copy(), q, rtol, atol, max_steps, total, True, work()
         )
-        U = np.empty((n, C))
-        S = np.zeros((n, C, P))
         if status == STEP_COLLAPSED:
-            U.fill(np.nan)
-            return U, S
+            return _blown_up(n, C, P)
         if status != 0 or not np.all(np.isfinite(Y)):
             return python_solve(p, u0)  # stiff, or the step budget spent: LSODA
+        U = np.empty((n, C))
+        S = np.empty((n, C, P))
         for m in range(n):
             for c in range(C):
                 U[m, c] = Y[m + skip, columns[c]]
@@ -146,15 +145,7 @@ def _piecewise(op: ForwardSolution, python_solve):
 
     @numba_njit
     def forward_solution(p, u0):
-        U_all = np.empty((n_all, D))
-        S_all = np.zeros((n_all, D, P))
-        y = np.empty(D)
-        Sy = np.zeros((D, P))  # d(state at the stretch's start)/d(p, u0)
-        for d in range(D):
-            y[d] = u0[d]
-            Sy[d, J + d] = 1.0
-            U_all[0, d] = y[d]
-            S_all[0, d, J + d] = 1.0
+        U_all, S_all, y, Sy = _at_start(u0, n_all, J)
         q = np.empty(Q)
         for j in range(J):
             q[j] = p[j]
@@ -173,9 +164,7 @@ def _piecewise(op: ForwardSolution, python_solve):
                 derivative, y0, t, q, rtol, atol, max_steps, budgets[i], True, work()
             )
             if status == STEP_COLLAPSED:
-                U = np.empty((n, C))
-                U.fill(np.nan)
-                return U, np.zeros((n, C, P))
+                return _blown_up(n, C, P)
             if status != 0 or not np.all(np.isfinite(Y)):
                 return python_solve(p, u0)  # stiff, or the step budget spent: LSODA
             Sc = np.empty((D, P))
@@ -191,16 +180,47 @@ def _piecewise(op: ForwardSolution, python_solve):
                 y[d] = Y[t.size - 1, d]
                 for k in range(P):
                     Sy[d, k] = Sc[d, k]
-        U = np.empty((n, C))
-        S = np.empty((n, C, P))
-        for m in range(n):
-            for c in range(C):
-                U[m, c] = U_all[m + skip, columns[c]]
-                for k in range(P):
-                    S[m, c, k] = S_all[m + skip, columns[c], k]
-        return U, S
+        return _observed(U_all, S_all, skip, columns)
 
     return forward_solution
+
+
+@numba.njit(cache=True)
+def _at_start(u0, n_all, J):
+    """The solution and sensitivity arrays of ``n_all`` times with the initial time's row
+    filled, and the state and its sensitivity ``Sy = d(state)/d(p, u0)`` there."""
+    D = u0.size
+    U_all = np.empty((n_all, D))
+    S_all = np.zeros((n_all, D, J + D))
+    y = np.empty(D)
+    Sy = np.zeros((D, J + D))
+    for d in range(D):
+        y[d] = U_all[0, d] = u0[d]
+        Sy[d, J + d] = S_all[0, d, J + d] = 1.0
+    return U_all, S_all, y, Sy
+
+
+@numba.njit(cache=True)
+def _blown_up(n, C, P):
+    """A failed solve's ``(U, S)``: NaN values (a rejected point), zero sensitivities."""
+    U = np.empty((n, C))
+    U.fill(np.nan)
+    return U, np.zeros((n, C, P))
+
+
+@numba.njit(cache=True)
+def _observed(U_all, S_all, skip, columns):
+    """The rows from ``skip`` on and the observed ``columns`` of the solution and its
+    sensitivities."""
+    n, C, P = U_all.shape[0] - skip, columns.size, S_all.shape[2]
+    U = np.empty((n, C))
+    S = np.empty((n, C, P))
+    for m in range(n):
+        for c in range(C):
+            U[m, c] = U_all[m + skip, columns[c]]
+            for k in range(P):
+                S[m, c, k] = S_all[m + skip, columns[c], k]
+    return U, S
 
 
 @numba.njit(cache=True)

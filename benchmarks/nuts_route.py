@@ -37,12 +37,14 @@ def _model(problem: str, options: dict, noise: str, seed: int) -> pm.Model:
     data = prob.simulate(seed=seed, **options)
     ode = prob.model
     with pm.Model(coords={"param": ode.params, "state": ode.states}) as model:
-        p = pm.LogNormal("p", np.log(np.abs(prob.p_true) + 1e-3), 1.0, dims="param")
+        if noise == "lognormal":  # positive rates and positive data
+            p = pm.LogNormal("p", np.log(prob.p_true), 1.0, dims="param")
+            kwargs, U = {"noise": "lognormal"}, np.abs(data.U)
+        else:  # benchmarks/forward_correction.py's priors
+            p = pm.Normal("p", 0.0, 10.0, dims="param")
+            kwargs, U = {}, data.U
         sigma = pm.HalfNormal("sigma", 1.0, dims="state")
-        kwargs = {"noise": "lognormal"} if noise == "lognormal" else {}
-        pw.WeakODELikelihood(
-            "U", ode=ode, params=p, sigma=sigma, t=data.t, observed=np.abs(data.U), **kwargs
-        )
+        pw.WeakODELikelihood("U", ode=ode, params=p, sigma=sigma, t=data.t, observed=U, **kwargs)
     return model
 
 

@@ -206,6 +206,31 @@ def test_nuts_route_that_outruns_its_estimate_is_stopped_at_its_budget(drift, mo
     assert time.perf_counter() - start < 120.0  # a million draws per chain were asked for
 
 
+def test_auto_sampler_takes_nutpie_only_where_pymc_would_be_slow(drift, monkeypatch):
+    """nutpie compiles the forward model first, which a short PyMC run does not repay: "auto"
+    takes it for natively compiled solves where PyMC's NUTS is estimated beyond
+    NUTPIE_ABOVE_SECONDS, and then estimates nutpie's own time."""
+    from pymc_wendy.bayes import correction
+
+    model, _, _, _ = drift
+    _, terms = pw.forward_model(model, initial_state=pm.Normal.dist(0.0, 1.0, shape=1))
+    monkeypatch.setattr(correction, "_native_seconds", lambda weighted: 1e-4)
+
+    def choose(pymc_seconds: float, sampler: str = "auto"):
+        # the estimate is linear in seconds per gradient: PyMC's here, 1e-4 for nutpie's
+        monkeypatch.setattr(
+            correction, "_nuts_seconds",
+            lambda *args: pymc_seconds if len(args) == 5 else 1e-4 * args[5],
+        )  # fmt: skip
+        return correction._sampler(sampler, terms, {}, None, 1000, 500, 2)
+
+    limit = correction.NUTPIE_ABOVE_SECONDS
+    assert choose(0.5 * limit) == ("pymc", 0.5 * limit)
+    assert choose(2.0 * limit) == ("nutpie", pytest.approx(1e-8))
+    assert choose(2.0 * limit, "pymc") == ("pymc", 2.0 * limit)
+    assert choose(0.5 * limit, "nutpie")[0] == "nutpie"
+
+
 def test_nuts_route_whose_pace_projects_beyond_its_budget_stops_early():
     """After a fifth of the iterations the run's own pace decides: a projection beyond 1.5
     times the budget stops it then, not when the whole budget has been waited out; a pace

@@ -58,7 +58,13 @@ from pymc_wendy.bayes.forward_numba import compiled_natively
 from pymc_wendy.bayes.forward_nuts import OverBudget, nutpie_nuts, pymc_nuts
 from pymc_wendy.model.compiled_solve import SolveFailed
 
-__all__ = ["LAPLACE_T_DF", "PROPOSAL_WIDENING", "CorrectionTooCostly", "forward_correction"]
+__all__ = [
+    "LAPLACE_T_DF",
+    "NUTPIE_ABOVE_SECONDS",
+    "PROPOSAL_WIDENING",
+    "CorrectionTooCostly",
+    "forward_correction",
+]
 
 # Standard deviation factor of a new initial state's proposal over its Laplace conditional:
 # a proposal needs heavier tails than the target, and the conditional is only approximately
@@ -69,6 +75,13 @@ PROPOSAL_WIDENING = 1.5
 LAPLACE_T_DF = 3
 _METHODS = ("auto", "importance", "nuts")
 _SAMPLERS = ("auto", "nutpie", "pymc")
+#: The NUTS route takes nutpie (``nuts_sampler="auto"``) where PyMC's NUTS is estimated
+#: beyond this. nutpie compiles the forward model first (about 8 s on a small model), then
+#: runs without Python between leapfrog steps: measured, 0.41-1.5 times PyMC's ESS per
+#: second on single series whose PyMC route took 7-27 s (``benchmarks/nuts_route.py``),
+#: and on Theophylline's 12-subject hierarchy (estimated 7 min for PyMC, stopped by its
+#: budget after 27 min) the whole correction in 175 s.
+NUTPIE_ABOVE_SECONDS = 60.0
 _PROPOSALS = ("auto", "moved", "laplace_t", "adapted_t")
 # the proposals each choice weighs, in order ("adapted_t" is fitted to the "laplace_t" draws)
 _CANDIDATES = {
@@ -160,8 +173,9 @@ def forward_correction(
         (:data:`~pymc_wendy.bayes.sampling.NUTS_BUDGET_FACTOR`).
     nuts_sampler : {"auto", "nutpie", "pymc"}
         The NUTS route's sampler (:mod:`~pymc_wendy.bayes.forward_nuts`). "auto": nutpie,
-        with the log-density and the solves compiled by numba, where it is installed and
-        every term's model is of first order, its inputs (if any) doses or held values;
+        with the log-density and the solves compiled by numba, where it is installed,
+        every term's model is of first order, its inputs (if any) doses or held values, and
+        PyMC's NUTS would take more than :data:`NUTPIE_ABOVE_SECONDS` by the estimate above;
         PyMC's NUTS otherwise.
 
     Returns
@@ -217,9 +231,7 @@ def forward_correction(
         n_solves = forward.n_solves
     else:
         nchains = chains or idata.posterior.sizes["chain"]
-        sampler = _sampler(nuts_sampler, terms)
-        seconds = _native_seconds(weighted) if sampler == "nutpie" else None
-        estimate = _nuts_seconds(weighted, idata, draws, tune, nchains, seconds)
+        sampler, estimate = _sampler(nuts_sampler, terms, weighted, idata, draws, tune, nchains)
         if max_nuts_seconds is not None and estimate > max_nuts_seconds:
             raise CorrectionTooCostly(estimate, max_nuts_seconds, weighted)
         options = {
@@ -947,10 +959,18 @@ def _warm_nuts(fmodel, weighted, options: dict, rng, budget=None):
     return pymc_nuts(fmodel, _mass_matrix(weighted), initvals, seed=seed, budget=budget, **opts)
 
 
-def _sampler(nuts_sampler: str, terms: list[ForwardTerm]) -> str:
-    """The NUTS route's sampler: ``nuts_sampler``, or for "auto" nutpie where it is installed
-    and every forward solution is compiled natively, else PyMC's."""
-    if nuts_sampler != "auto":
-        return nuts_sampler
-    native = all(compiled_natively(term.op) for term in terms)
-    return "nutpie" if native and importlib.util.find_spec("nutpie") is not None else "pymc"
+def _sampler(nuts_sampler: str, terms: list[ForwardTerm], weighted: dict, idata, *counts):
+    """The NUTS route's sampler and its estimated time (:func:`_nuts_seconds` of ``counts``,
+    the draws, tuning steps and chains): ``nuts_sampler``, or for "auto" nutpie where it is
+    installed, every forward solution is compiled natively and PyMC's NUTS is estimated at
+    more than :data:`NUTPIE_ABOVE_SECONDS`, else PyMC's."""
+    estimate = _nuts_seconds(weighted, idata, *counts)
+    sampler = nuts_sampler
+    if sampler == "auto":
+        native = all(compiled_natively(term.op) for term in terms)
+        installed = importlib.util.find_spec("nutpie") is not None
+        slow = estimate > NUTPIE_ABOVE_SECONDS
+        sampler = "nutpie" if native and installed and slow else "pymc"
+    if sampler == "nutpie":
+        estimate = _nuts_seconds(weighted, idata, *counts, _native_seconds(weighted))
+    return sampler, estimate

@@ -110,14 +110,7 @@ def _native(op: ForwardSolution, python_solve):
             return _blown_up(n, C, P)
         if status != 0 or not np.all(np.isfinite(Y)):
             return python_solve(p, u0)  # stiff, or the step budget spent: LSODA
-        U = np.empty((n, C))
-        S = np.empty((n, C, P))
-        for m in range(n):
-            for c in range(C):
-                U[m, c] = Y[m + skip, columns[c]]
-                for k in range(P):
-                    S[m, c, k] = Y[m + skip, D + columns[c] * P + k]
-        return U, S
+        return _observed(Y, skip, columns, D, P)
 
     return forward_solution
 
@@ -145,7 +138,7 @@ def _piecewise(op: ForwardSolution, python_solve):
 
     @numba_njit
     def forward_solution(p, u0):
-        U_all, S_all, y, Sy = _at_start(u0, n_all, J)
+        Y_all, y, Sy = _at_start(u0, n_all, J)
         q = np.empty(Q)
         for j in range(J):
             q[j] = p[j]
@@ -173,31 +166,32 @@ def _piecewise(op: ForwardSolution, python_solve):
                 if m <= counts[i]:
                     row = first[i] + m - 1
                     for d in range(D):
-                        U_all[row, d] = Y[m, d]
+                        Y_all[row, d] = Y[m, d]
                         for k in range(P):
-                            S_all[row, d, k] = Sc[d, k]
+                            Y_all[row, D + d * P + k] = Sc[d, k]
             for d in range(D):
                 y[d] = Y[t.size - 1, d]
                 for k in range(P):
                     Sy[d, k] = Sc[d, k]
-        return _observed(U_all, S_all, skip, columns)
+        return _observed(Y_all, skip, columns, D, P)
 
     return forward_solution
 
 
 @numba.njit(cache=True)
 def _at_start(u0, n_all, J):
-    """The solution and sensitivity arrays of ``n_all`` times with the initial time's row
-    filled, and the state and its sensitivity ``Sy = d(state)/d(p, u0)`` there."""
+    """The solution at ``n_all`` times in the explicit solver's layout (each row the state
+    and its sensitivities in ``(p, u0)``, flat) with the initial time's row filled, and the
+    state and its sensitivity ``Sy = d(state)/d(p, u0)`` there."""
     D = u0.size
-    U_all = np.empty((n_all, D))
-    S_all = np.zeros((n_all, D, J + D))
+    P = J + D
+    Y_all = np.zeros((n_all, D + D * P))
     y = np.empty(D)
-    Sy = np.zeros((D, J + D))
+    Sy = np.zeros((D, P))
     for d in range(D):
-        y[d] = U_all[0, d] = u0[d]
-        Sy[d, J + d] = S_all[0, d, J + d] = 1.0
-    return U_all, S_all, y, Sy
+        y[d] = Y_all[0, d] = u0[d]
+        Sy[d, J + d] = Y_all[0, D + d * P + J + d] = 1.0
+    return Y_all, y, Sy
 
 
 @numba.njit(cache=True)
@@ -209,17 +203,17 @@ def _blown_up(n, C, P):
 
 
 @numba.njit(cache=True)
-def _observed(U_all, S_all, skip, columns):
-    """The rows from ``skip`` on and the observed ``columns`` of the solution and its
-    sensitivities."""
-    n, C, P = U_all.shape[0] - skip, columns.size, S_all.shape[2]
+def _observed(Y, skip, columns, D, P):
+    """``(U, S)`` from a solution in the explicit solver's layout (:func:`_at_start`): the
+    rows from ``skip`` on and the observed ``columns``."""
+    n, C = Y.shape[0] - skip, columns.size
     U = np.empty((n, C))
     S = np.empty((n, C, P))
     for m in range(n):
         for c in range(C):
-            U[m, c] = U_all[m + skip, columns[c]]
+            U[m, c] = Y[m + skip, columns[c]]
             for k in range(P):
-                S[m, c, k] = S_all[m + skip, columns[c], k]
+                S[m, c, k] = Y[m + skip, D + columns[c] * P + k]
     return U, S
 
 

@@ -946,9 +946,8 @@ def _warm_nuts(fmodel, weighted, options: dict, rng, budget=None):
     progress bar and the sampler (:func:`_sampler`)."""
     opts = dict(options)
     sampler = opts.pop("nuts_sampler")
-    seed = int(rng.integers(2**31))
+    seed, cov = int(rng.integers(2**31)), _mass_matrix(weighted)
     if sampler == "nutpie":
-        cov = _mass_matrix(weighted)
         return nutpie_nuts(fmodel, weighted["mode"], cov, seed=seed, budget=budget, **opts)
     forward, Z = weighted["forward"], weighted["Z"]
     w = np.exp(weighted["log_weight"])
@@ -956,7 +955,7 @@ def _warm_nuts(fmodel, weighted, options: dict, rng, budget=None):
     starts = rng.choice(Z.shape[0], size=chains, p=w / w.sum())
     values = forward.constrained(Z[starts])
     initvals = [{n: v[c] for n, v in values.items()} for c in range(chains)]
-    return pymc_nuts(fmodel, _mass_matrix(weighted), initvals, seed=seed, budget=budget, **opts)
+    return pymc_nuts(fmodel, cov, initvals, seed=seed, budget=budget, **opts)
 
 
 def _sampler(nuts_sampler: str, terms: list[ForwardTerm], weighted: dict, idata, *counts):

@@ -53,10 +53,10 @@ def compiled_natively(op: ForwardSolution) -> bool:
     return op.solver.single is not None or op.solver.piecewise is not None
 
 
-def _options(n_times: int) -> tuple[float, float, int, int]:
-    """rtol, atol, the step bound between outputs and the total step budget of a solve."""
+def _options() -> tuple[float, float, int]:
+    """rtol, atol and the step bound between two output times of the Op's solves."""
     rtol, atol = float(SOLVER_OPTIONS["rtol"]), float(SOLVER_OPTIONS["atol"])
-    return rtol, atol, int(SOLVER_OPTIONS["max_steps"]), explicit_budget(n_times)
+    return rtol, atol, int(SOLVER_OPTIONS["max_steps"])
 
 
 def _python_solve(key: int, p: np.ndarray, u0: np.ndarray):
@@ -92,7 +92,8 @@ def _native(op: ForwardSolution, python_solve):
     times = np.array(op.times, dtype=float)  # a constant of the code: read-only, copied per call
     skip, columns = op.skip, np.asarray(op.columns, dtype=np.int64)
     n, C = times.size - skip, columns.size
-    rtol, atol, max_steps, total = _options(times.size)
+    rtol, atol, max_steps = _options()
+    total = explicit_budget(times.size)
 
     @numba_njit
     def forward_solution(p, u0):
@@ -131,7 +132,7 @@ def _piecewise(op: ForwardSolution, python_solve):
     skip, columns = op.skip, np.asarray(op.columns, dtype=np.int64)
     n_all = op.times.size
     n, C = n_all - skip, columns.size
-    rtol, atol, max_steps, _ = _options(0)
+    rtol, atol, max_steps = _options()
     budgets = np.array([explicit_budget(m) for m in np.diff(np.r_[0, st.grid_end])])
     starts, values, bolus, has_bolus = st.start, st.inputs, st.bolus, st.has_bolus
     first, counts, grid, grid_end = st.first_output, st.n_outputs, st.grid, st.grid_end

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 import pymc as pm
-from pymc.blocking import DictToArrayBijection
+from pymc.blocking import DictToArrayBijection, RaveledVars
 
 from pymc_wendy.bayes.forward import quiet_c_backend
 from pymc_wendy.bayes.whitening import to_model_trace, whitened_model
@@ -142,12 +142,9 @@ def _finished(run) -> bool:
         return False
 
 
-def _raveled(model: pm.Model, x: np.ndarray):
-    """``x``, a vector of ``model``'s unconstrained space, as PyMC's raveled point."""
-    point, values, start = model.initial_point(), {}, 0
-    for v in model.value_vars:
-        shape = np.shape(point[v.name])
-        n = int(np.prod(shape))
-        values[v.name] = np.reshape(x[start : start + n], shape)
-        start += n
-    return DictToArrayBijection.map(values)
+def _raveled(model: pm.Model, x: np.ndarray) -> RaveledVars:
+    """``x``, a vector of ``model``'s unconstrained space, as PyMC's raveled point (the
+    layout :func:`~pymc_wendy.bayes.whitening.posterior_mode` gives its mode)."""
+    point = model.initial_point()
+    layout = DictToArrayBijection.map({v.name: point[v.name] for v in model.value_vars})
+    return RaveledVars(np.asarray(x, dtype=float), layout.point_map_info)

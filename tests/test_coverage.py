@@ -233,6 +233,30 @@ def test_bayesian_methods():
     )
 
 
+def test_true_sigma_is_the_one_that_generated_each_data_set():
+    """``fit_options={"sigma": "true"}``: the frequentist fit is the fit with the data set's
+    generating noise level, and the forward method's model then has no noise variable."""
+    from pymc_wendy.studies.coverage import bayesian, runners
+
+    kwargs = dict(noise_ratios=[0.1], n_points=[65], n_datasets=1, max_workers=1, progress=False)
+    ds = cov.run_coverage("logistic", methods=["mle"], fit_options={"sigma": "true"}, **kwargs)
+    prob = pw.get_problem("logistic")
+    d = prob.simulate(n_points=65, noise_ratio=0.1, seed=data_seed(0, 0.1, 65, 0))
+    res = pw.fit(prob.model, d.t, d.U, sigma=d.sigma, bounds=prob.bounds)
+    np.testing.assert_allclose(ds["estimate"].values.ravel(), res.x, rtol=1e-8)
+    estimated = cov.run_coverage("logistic", methods=["mle"], **kwargs)
+    assert not np.allclose(estimated["estimate"].values.ravel(), res.x, rtol=1e-8)
+
+    task = runners.Task(prob, "forward", (), 0.1, 65, 0, 1, 0.95, {"sigma": "true"})
+    resolved = runners._with_true_sigma(task, d)
+    np.testing.assert_array_equal(resolved.fit_options["sigma"], d.sigma)
+    assert bayesian._given_sigma(resolved.fit_options["sigma"])
+    model = bayesian._posterior_model(resolved, [d], [None], False, infer_sigma=False)
+    assert [v.name for v in model.free_RVs] == ["p"]
+    several = runners._with_true_sigma(task, [d, d])
+    assert len(several.fit_options["sigma"]) == 2
+
+
 def test_forward_takes_no_bias_correction():
     with pytest.raises(ValueError, match="a bias correction applies to 'mle', 'nuts'"):
         cov.run_coverage("logistic", methods=["forward+auto"], execute=False)

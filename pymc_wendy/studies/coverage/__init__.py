@@ -22,7 +22,8 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
 ``forward``         the forward-solve posterior: NUTS through the weak likelihood, then
                     :func:`pymc_wendy.forward_correction` (the exact likelihood around the ODE
                     solution, the initial state a parameter); the noise level is inferred
-                    (``sigma ~ HalfNormal(sd of the data)`` per state), not plugged in.
+                    (``sigma ~ HalfNormal(sd of the data)`` per state), not plugged in,
+                    unless ``fit_options`` gives it.
 ``mle+analytic``    a bias correction (:mod:`pymc_wendy.weak.bias`) appended to ``mle``, ``nuts``,
                     ``sft`` or ``laplace`` with ``+``: ``mle+analytic-hessian``, ``nuts+profile``.
 ==================  ===========================================================================
@@ -30,7 +31,8 @@ Methods are named ``"<estimator>"`` or ``"<estimator>-<covariance>"``:
 Methods sharing an estimator share one fit per data set. The Bayesian methods use the priors
 of :func:`default_priors` (uniform on the problem's bounds, else ``Normal(0, 10)``) and the
 noise level estimated from the data, like the frequentist ones (``fit_options={"sigma":
-"residual"}`` switches both to the residual estimate). Problems with known inputs
+"residual"}`` switches both to the residual estimate; ``{"sigma": "true"}`` gives every method
+the noise level that generated each data set, as known instrument noise). Problems with known inputs
 (``Problem.inputs``) pass each data set's inputs to every method.
 
 Every run is reproducible on its own: its data are drawn with a seed derived from the study's

@@ -51,7 +51,9 @@ def run_bayes(task: Task, data, record: dict) -> None:
     if correction is not None:
         corrections = _corrected_fits(task, datasets, correction)
     several = isinstance(data, list)
-    model = _posterior_model(task, datasets, corrections, several, method == "forward")
+    # the forward method infers the noise level unless the study gives it
+    infer = method == "forward" and not _given_sigma(task.fit_options.get("sigma"))
+    model = _posterior_model(task, datasets, corrections, several, infer)
     opts = dict(task.sample_options)
     seed = opts.pop("random_seed", task.data_seed)
     if method == "forward":
@@ -86,11 +88,22 @@ def _corrected_fits(task: Task, datasets: list, correction: str) -> list:
                 noise=prob.noise,
                 bias_correction=correction,
                 inputs=d.inputs,
-                sigma=task.fit_options.get("sigma"),
+                sigma=_sigma_of(task.fit_options.get("sigma"), i, len(datasets) > 1),
                 test_functions=task.fit_options.get("test_functions"),
             )
-            for d in datasets
+            for i, d in enumerate(datasets)
         ]
+
+
+def _given_sigma(sigma) -> bool:
+    """Whether the study's ``fit_options["sigma"]`` is a noise level (a number, an array, or
+    one per experiment) rather than the name of an estimate."""
+    return sigma is not None and not isinstance(sigma, str)
+
+
+def _sigma_of(sigma, i: int, several: bool):
+    """Experiment ``i``'s entry of the study's ``sigma`` (a list has one per experiment)."""
+    return sigma[i] if several and isinstance(sigma, list) else sigma
 
 
 def _posterior_model(
@@ -99,7 +112,7 @@ def _posterior_model(
     """The PyMC model: :func:`default_priors` and one weak likelihood per data set (with the
     study's ``fit_options["test_functions"]``, if any); with ``infer_sigma`` a noise level
     per state, ``HalfNormal`` on the data's scale (so that the posterior does not depend on
-    units)."""
+    units), else the study's ``fit_options["sigma"]``."""
     import pymc as pm
 
     from pymc_wendy.bayes.distribution import WeakODELikelihood
@@ -122,7 +135,7 @@ def _posterior_model(
                 observed=d.U,
                 noise=prob.noise,
                 # a corrected fit holds its noise level; the likelihood must use the same
-                sigma=sigma if c is None else c.sigma,
+                sigma=_sigma_of(sigma, i, several) if c is None else c.sigma,
                 bias_correction=c,
                 inputs=d.inputs,
                 test_functions=task.fit_options.get("test_functions"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -78,6 +78,7 @@ def run_task(task: Task) -> dict:
     }
     try:
         data = _simulate(task)
+        task = _with_true_sigma(task, data)
         with one_blas_thread():
             if split_estimator(task.estimator)[0] in BAYES:
                 run_bayes(task, data, record)
@@ -112,6 +113,16 @@ def _simulate(task: Task):
         )
         for e, s in zip(task.experiments, seeds, strict=True)
     ]
+
+
+def _with_true_sigma(task: Task, data) -> Task:
+    """``fit_options={"sigma": "true"}``: every method is given the noise level that generated
+    the data set (per experiment), as a user who knows the instrument's noise would."""
+    sigma = task.fit_options.get("sigma")
+    if not (isinstance(sigma, str) and sigma == "true"):
+        return task
+    known = [d.sigma for d in data] if isinstance(data, list) else data.sigma
+    return replace(task, fit_options={**task.fit_options, "sigma": known})
 
 
 def _times_and_data(data):

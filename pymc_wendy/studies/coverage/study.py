@@ -83,7 +83,8 @@ def run_coverage(
         Show a progress bar.
     fit_options : dict, optional
         Extra keyword arguments of :func:`~pymc_wendy.fit` (``n_starts``, ``options``, ...;
-        ``bounds`` defaults to the problem's).
+        ``bounds`` defaults to the problem's). ``sigma="true"`` gives every method the noise
+        level that generated the data set (a known instrument noise).
     sample_options : dict, optional
         Extra keyword arguments of :func:`~pymc_wendy.sample` for ``nuts`` or of
         :func:`~pymc_wendy.sample_sft` for ``sft`` (``draws``, ``tune``, ``chains``, ...;

@@ -34,9 +34,10 @@ def test_wrong_known_initial_state_warns():
     assert res.summary().attrs["status"] == "forward_misfit"
 
 
-def test_misfit_under_per_entry_noise_does_not_point_to_hybrid():
-    """Output error (and so ``"hybrid"``) refuses proportional noise: the warning must not
-    send the user there, only to the exact stage."""
+def test_misfit_under_per_entry_noise_points_to_hybrid_which_fits_it():
+    """Output error weighs each entry by its noise sd under proportional noise, so the
+    warning sends the user to ``"hybrid"`` as for additive noise, and hybrid's estimate is
+    right: within 3 standard errors of the truth, with a passed forward check."""
     data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0)
     with pytest.warns(FitWarning, match="does not fit the data") as record:
         res = pw.fit(
@@ -44,10 +45,11 @@ def test_misfit_under_per_entry_noise_does_not_point_to_hybrid():
         )
     message = str(record[0].message)
     assert res.status == "forward_misfit"
-    assert "Refit with method='hybrid'" not in message
-    assert "does not take proportional noise" in message and "forward_correction" in message
-    with pytest.raises(ValueError, match="one noise level per state"):
-        pw.fit(LV.model, data.t, np.abs(data.U), noise="proportional", method="hybrid")
+    assert "Refit with method='hybrid'" in message and "forward_correction" in message
+    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0, noise="proportional")
+    hybrid = pw.fit(LV.model, data.t, data.U, noise="proportional", method="hybrid")
+    assert hybrid.success and hybrid.status == "output_error"
+    assert np.all(np.abs(hybrid.x - LV.p_true) < 3 * hybrid.stderr)
 
 
 @pytest.mark.parametrize("method", ["mle", "irls", "wls"])

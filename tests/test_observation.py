@@ -107,18 +107,77 @@ def test_hostile_parameters_and_data():
         add_noise(-np.ones((3, 1)), noise="poisson", noise_ratio=0.0)
 
 
-@pytest.mark.parametrize("method", ["oels", "hybrid", "deq"])
+@pytest.mark.parametrize("method", ["deq", "oc"])
 @pytest.mark.parametrize("noise", ["proportional", "poisson"])
 def test_estimators_with_one_noise_level_per_state_refuse_per_entry_noise(method, noise):
-    """Output error and the discretisation baselines weigh residuals by one level per state:
-    a clear error, not a fit with the wrong weights (docs/observation.md)."""
+    """The discretisation baselines weigh residuals by one level per state: a clear error
+    naming the methods that do take the noise, not a fit with the wrong weights."""
     logistic = pw.get_problem("logistic")
     data = logistic.simulate(noise_ratio=0.0, subsample=4)
     U = np.round(100 * data.U_true)
-    with pytest.raises(ValueError, match="one noise level per state"):
+    with pytest.raises(ValueError, match="one noise level per state.*'oels', 'hybrid'"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", pw.FitWarning)
             pw.fit(logistic.model, data.t, U, method=method, noise=noise)
+
+
+def _counts_of_logistic_growth(seed: int):
+    """Poisson counts of logistic growth scaled to about 50 at capacity: the model of the
+    counts ``c = 50 u`` is logistic with ``p2 / 50``."""
+    logistic = pw.get_problem("logistic")
+    t = np.linspace(0.0, 10.0, 129)
+    u = 50.0 * pw.solve(logistic.model, logistic.p_true, logistic.u0, t)
+    return logistic.model, t, np.random.default_rng(seed).poisson(u).astype(float)
+
+
+@pytest.mark.parametrize("method", ["oels", "hybrid"])
+def test_output_error_with_counts_is_the_poisson_maximum_likelihood(method):
+    """Output error reweighted by each entry's Poisson variance at its solution settles at
+    the Poisson likelihood's maximum over ``(p, u0)``, found here independently by
+    Nelder-Mead on the exact negative log-likelihood from a start 5 % off."""
+    from scipy import optimize
+
+    model, t, C = _counts_of_logistic_growth(seed=3)
+    res = pw.fit(model, t, C, method=method, noise="poisson")
+    assert res.success and (method == "oels" or res.status == "output_error")
+
+    def nll(theta):
+        u = pw.solve(model, theta[:2], theta[2:], t)  # (N, 1), as C
+        return np.inf if np.any(u <= 0) else float(np.sum(u - C * np.log(u)))
+
+    start = np.r_[res.x, res.u0] * 1.05
+    ref = optimize.minimize(
+        nll, start, method="Nelder-Mead", options={"xatol": 1e-9, "fatol": 1e-12, "maxiter": 4000}
+    )
+    np.testing.assert_allclose(res.x, ref.x[:2], rtol=2e-4)
+    assert nll(np.r_[res.x, res.u0]) <= ref.fun + 1e-6
+
+
+def test_output_error_weights_proportional_noise_by_the_solution():
+    """Proportional noise on logistic growth (two decades): output error weighted per entry
+    is unit-free (data x 1000 rescales only ``p2``), its standard errors match its errors
+    over 30 data sets (RMSE / median se within 0.6-1.4: the RMSE of 30 has a relative
+    sd of 0.13), and it is far more accurate than output error with one noise level per
+    state on the same data (4x measured; at least 2x asserted)."""
+    logistic = pw.get_problem("logistic")
+    errors, se = {"proportional": [], "normal": []}, []
+    for seed in range(30):
+        data = logistic.simulate(n_points=65, noise_ratio=0.1, noise="proportional", seed=seed)
+        for noise, err in errors.items():
+            res = pw.fit(logistic.model, data.t, data.U, method="oels", noise=noise)
+            assert res.success
+            err.append(res.x - logistic.p_true)
+            if noise == "proportional":
+                se.append(res.stderr)
+                if seed == 0:
+                    scaled = pw.fit(
+                        logistic.model, data.t, 1000 * data.U, method="oels", noise=noise
+                    )
+                    np.testing.assert_allclose(scaled.x * [1, 1000], res.x, rtol=1e-6)
+    rmse = {k: np.sqrt(np.mean(np.square(v), axis=0)) for k, v in errors.items()}
+    ratio = rmse["proportional"] / np.median(se, axis=0)
+    assert np.all((0.6 < ratio) & (ratio < 1.4)), ratio
+    assert np.all(rmse["proportional"] < 0.5 * rmse["normal"]), rmse
 
 
 def test_smoothed_state_follows_a_quadratic_and_respects_segments():

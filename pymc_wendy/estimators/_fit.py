@@ -448,14 +448,8 @@ def _check_forward(
     if failure is None:
         return
     advice = None
-    observation = as_observation(res.noise)
     if res.status == "fallback":  # hybrid's output error did not replace this estimate
         advice = f"Output error from this estimate was not kept: {res.history['oels'].message}"
-    elif observation.per_entry:
-        advice = (
-            f"method='hybrid' does not take {observation.name} noise (output error weighs "
-            "the residuals by one noise level per state)"
-        )
     if failure == "forward_misfit":
         why = misfit_message(entry, res.likelihood.base_model.states, advice)
     else:

@@ -128,7 +128,7 @@ def prepare(
             f"initial_state is used by the weak-likelihood estimators {supported}; method "
             f"{estimator.name!r} would ignore it"
         )
-    if not estimator.weak_likelihood and not isinstance(model, Likelihood):
+    if _data_only_estimator(estimator, model, noise):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
         lik = None
@@ -385,14 +385,26 @@ def _joint_likelihood(
     return JointLikelihood(experiments)
 
 
+def _data_only_estimator(estimator: Estimator, model, noise) -> bool:
+    """Whether ``estimator`` runs on the data alone: it needs no weak likelihood, none was
+    given, and the noise is one level per state (for noise that follows the solution an
+    estimator that weighs each entry reads the observation model's noise level and
+    parameters from the weak likelihood)."""
+    if estimator.weak_likelihood or isinstance(model, Likelihood):
+        return False
+    obs = as_observation(noise)
+    return not (estimator.per_entry_noise and (obs.per_entry or not obs.scaled))
+
+
 def _forward_noise(noise, method: str) -> str:
     """The name of a noise model that estimators without a weak likelihood handle: one
     noise level per state, on the data or on their log."""
     obs = as_observation(noise)
     if obs.per_entry or not obs.scaled:
+        able = [e for e in names() if get(e).weak_likelihood or get(e).per_entry_noise]
         raise ValueError(
             f"method {method!r} supports 'normal' and 'lognormal' noise (one noise level per "
-            f"state); got {obs.name!r}: use a weak-form method ('mle', 'irls', 'wls')"
+            f"state); got {obs.name!r}: use one of {able}"
         )
     return obs.name
 

@@ -73,12 +73,6 @@ def _solves(model: ODEModel, p, u0, t, solver, inputs=None) -> bool:
 def _fit_oe(
     model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, options, common, inputs=None
 ):
-    if as_observation(noise).per_entry:
-        raise ValueError(
-            f"output error weighs the residuals by one noise level per state, and {noise} "
-            "noise varies with the solution: use a weak-form method ('mle', 'irls', 'wls'), "
-            "or pw.sample, whose exact stage uses the observation model's own density"
-        )
     several = isinstance(t, tuple)
     forcing = list(inputs) if several and inputs else [inputs or None] * (len(t) if several else 1)
     if u0 is None:
@@ -97,8 +91,15 @@ def _fit_oe(
         solver=solver,
         options=options,
         inputs=forcing if several else forcing[0],
+        observations=_observations(common["likelihood"]),
     )
     return _result(oe, model, sigma_est, common)
+
+
+def _observations(lik) -> list | None:
+    """Each experiment's observation model, its variance parameters filled in by the weak
+    stage (None without a weak likelihood: one noise level per state)."""
+    return None if lik is None else [e.observation for e in lik.experiments]
 
 
 def _initial_states_from_data(model, t, U, p_start, noise, solver, forcing) -> np.ndarray:
@@ -193,4 +194,5 @@ ESTIMATOR = Estimator(
     covariance="oe",
     weak_likelihood=False,
     operator_models=True,
+    per_entry_noise=True,
 )

@@ -34,7 +34,7 @@ from scipy import optimize
 
 from pymc_wendy.estimators._bounds import strictly_inside
 from pymc_wendy.model.compiled_solve import SolveFailed, compiled_solver, max_steps_for
-from pymc_wendy.model.observation import as_observation
+from pymc_wendy.model.observation import as_observation, floored_state
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.piecewise_solve import PiecewiseSolver, supports_piecewise
 from pymc_wendy.model.sensitivities import operator_sensitivity_rhs
@@ -50,6 +50,10 @@ DEFAULT_SOLVER: dict = {"method": "LSODA", "rtol": 1e-7, "atol": 1e-9, "max_nfev
 # Residual reported for a trial point whose solve failed: large enough that the optimiser
 # rejects the step, finite so that it can.
 _FAILED_RESIDUAL = 1e8
+# Output error with per-entry noise (:func:`_reweighted`): at most this many refits, until the
+# estimate moves less than this many standard errors.
+_MAX_REWEIGHTS = 20
+_REWEIGHT_TOL = 1e-3
 # Multiple of the data's largest absolute value beyond which a trial initial state's solution
 # counts as diverged (:class:`_InitialState`).
 _DIVERGED = 1e3
@@ -78,7 +82,9 @@ class _Problem:
     """Weighted residuals and their Jacobian, computed together by one sensitivity solve."""
 
     def __init__(self, model, t, Z, log, weights, solver, inputs=None, bound=None):
-        self.model, self.t, self.Z, self.log, self.w = model, t, Z, log, weights
+        self.model, self.t, self.Z, self.log = model, t, Z, log
+        # 1 / noise sd, per state (D,) or per entry (N, D)
+        self.w = np.broadcast_to(np.asarray(weights, dtype=float), Z.shape)
         self.solver = solver
         # |u| beyond which a solve counts as diverged and stops (None: no limit)
         self.bound = bound
@@ -100,6 +106,17 @@ class _Problem:
         self.n_failed = 0
 
     def _solve(self, theta: np.ndarray):
+        """Weighted residuals and Jacobian at ``theta`` (a failed solve: a very poor fit)."""
+        U, S = self._states(theta)
+        if U is None:
+            P = self.J + self.D
+            return np.full(self.Z.size, _FAILED_RESIDUAL), np.zeros((self.Z.size, P))
+        res = ((U - self.Z) * self.w).ravel()
+        return res, (S * self.w[:, :, None]).reshape(res.size, -1)
+
+    def _states(self, theta: np.ndarray):
+        """The observed states on the residuals' scale and their sensitivities to ``theta``,
+        or ``(None, None)`` where the solve fails; the last one is kept."""
         if self._cache is not None and np.array_equal(self._cache[0], theta):
             return self._cache[1], self._cache[2]
         D, J = self.D, self.J
@@ -119,14 +136,11 @@ class _Problem:
                     raise SimulationError("the solution left the positive orthant")
                 S = S / U[:, :, None]
                 U = np.log(U)
-            res = ((U - self.Z) * self.w).ravel()
-            jac = (S * self.w[None, :, None]).reshape(-1, P)
         except SimulationError:
             self.n_failed += 1
-            res = np.full(self.Z.size, _FAILED_RESIDUAL)
-            jac = np.zeros((self.Z.size, P))
-        self._cache = (theta.copy(), res, jac)
-        return res, jac
+            U, S = None, None
+        self._cache = (theta.copy(), U, S)
+        return U, S
 
     def _compiled_solve(self, p: np.ndarray, u0: np.ndarray):
         opts = self.solver
@@ -162,6 +176,17 @@ class _Problem:
             breaks=breaks,
             jumps=jumps,
         )
+
+    def solution(self, theta: np.ndarray) -> np.ndarray | None:
+        """The observed states at ``theta``, or None where the solve fails."""
+        U = self._states(theta)[0]
+        if U is None:
+            return None
+        return np.exp(U) if self.log else U
+
+    def reweight(self, w: np.ndarray) -> None:
+        """New weights (1 / noise sd per entry): the residuals change, the solve does not."""
+        self.w = np.broadcast_to(np.asarray(w, dtype=float), self.Z.shape)
 
     def residual(self, theta):
         return self._solve(theta)[0]
@@ -220,6 +245,33 @@ class _JointProblem:
         return self._solve(theta)[1]
 
 
+def _reweighted(prob, problems: list[_Problem], observations, sigmas, res, bounds, opts: dict):
+    """Output error for noise whose variance follows the solution (proportional, combined,
+    counts): least squares with each entry weighted by its noise sd at the last fit's
+    solution, refitted until the estimate moves less than 1e-3 standard errors.
+
+    The fixed point solves ``sum (Z - u) / v(u) du/dtheta = 0``: the quasi-likelihood
+    (generalised least squares) estimator, the maximum-likelihood one for Poisson and for
+    negative binomial counts of known dispersion. Refitting with ``v`` inside the residual
+    would instead pull the solution towards larger variances (biased); the Gaussian
+    likelihood's own ``log v(u)`` term is left out, as nlmixr2's and NONMEM's first-order
+    methods do. Returns the last fit and whether the weights settled."""
+    for _ in range(_MAX_REWEIGHTS):
+        theta = res.x
+        parts = prob._split(theta) if isinstance(prob, _JointProblem) else [theta]
+        for pr, th, se, obs in zip(problems, parts, sigmas, observations, strict=True):
+            u = pr.solution(th)
+            if u is None:  # the fit failed; the caller reports it
+                return res, True
+            w = obs.weights(floored_state(u, pr.Z))
+            pr.reweight(1.0 / (se * np.sqrt(np.ones_like(u) if w is None else w)))
+        res = optimize.least_squares(prob.residual, theta, jac=prob.jacobian, bounds=bounds, **opts)
+        step = prob.jacobian(res.x) @ (res.x - theta)  # in standard errors
+        if step @ step < _REWEIGHT_TOL**2:
+            return res, True
+    return res, False
+
+
 def output_error(
     model: ODEModel,
     t,
@@ -233,6 +285,7 @@ def output_error(
     solver: Mapping | None = None,
     options: Mapping | None = None,
     inputs=None,
+    observations: list | None = None,
 ) -> OutputErrorFit:
     """Output-error least squares over ``(p, u0)`` (module docstring).
 
@@ -246,6 +299,11 @@ def output_error(
     For a model of order > 1 or with inputs, ``u0`` holds the companion states
     (``model.companion_states``) and ``inputs`` the validated inputs (a list of mappings for
     several experiments).
+
+    ``observations`` (one per experiment, variance parameters filled in): where they say the
+    variance follows the solution (proportional, combined or count noise), ``sigma`` is the
+    models' noise level (1 for those that carry their own parameters) and every entry is
+    weighted by its noise sd at the solution (:func:`_reweighted`).
     """
     start = time.perf_counter()
     several = isinstance(t, list | tuple)
@@ -272,12 +330,17 @@ def output_error(
         theta0[:J] = strictly_inside(theta0[:J], lo[:J], hi[:J])  # trf: strictly feasible
     opts = {"method": "trf", "x_scale": "jac", "max_nfev": 200, **(options or {})}
     res = optimize.least_squares(prob.residual, theta0, jac=prob.jacobian, bounds=(lo, hi), **opts)
+    settled = True
+    if observations is not None and any(o.per_entry for o in observations):
+        res, settled = _reweighted(prob, problems, observations, sigmas, res, (lo, hi), opts)
     resid, jac = prob._solve(res.x)
     blocks = np.split(resid, np.cumsum([pr.Z.size for pr in problems])[:-1])
     failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
     failed_at_end = all(failed)
-    success = bool(res.success) and not any(failed)
+    success = bool(res.success) and not any(failed) and settled
     message = res.message
+    if not settled:
+        message = f"the weights of the entries did not settle in {_MAX_REWEIGHTS} refits"
     if failed_at_end:
         message = "the forward solve fails at every point the optimiser reached"
     elif any(failed):

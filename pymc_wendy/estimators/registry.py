@@ -59,6 +59,11 @@ class Estimator:
         Whether all it estimates from comes from the weak likelihood, which then carries a
         known ``initial_state`` (boundary test functions); ``fit`` refuses ``initial_state=``
         for the others rather than ignore it.
+    per_entry_noise : bool
+        For a method without a weak likelihood: whether it weighs each data entry by the
+        observation model's variance at the solution (proportional, combined and count
+        noise). ``fit`` then builds the weak likelihood for the model's noise level and
+        parameters (``problem.likelihood``); it refuses those noise models for the others.
     """
 
     name: str
@@ -73,6 +78,7 @@ class Estimator:
     operator_models: bool = False
     bias_correction: bool = False
     initial_state: bool = False
+    per_entry_noise: bool = False
 
 
 _REGISTRY: dict[str, Estimator] = {}

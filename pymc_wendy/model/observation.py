@@ -50,6 +50,7 @@ __all__ = [
     "Poisson",
     "Proportional",
     "as_observation",
+    "floored_state",
     "smoothed_state",
 ]
 
@@ -394,6 +395,14 @@ def as_observation(noise) -> Observation:
             f"pw.Proportional(); got {noise!r}"
         )
     return _NAMES[key]()
+
+
+def floored_state(u: np.ndarray, X: np.ndarray) -> np.ndarray:
+    """``u`` (a smoothed or solved state) floored at 1e-3 of each state's RMS in the data
+    ``X``, where per-entry weights are evaluated: a weight of 0 would make its entry exact,
+    and a smoothed value or a solver's undershoot can dip below 0 near a zero solution."""
+    rms = np.sqrt(np.nanmean(X**2, axis=0))
+    return np.maximum(u, 1e-3 * np.where(rms > 0, rms, 1.0))
 
 
 def smoothed_state(

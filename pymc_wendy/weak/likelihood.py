@@ -24,7 +24,7 @@ from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.data import as_data, as_initial_state
 from pymc_wendy.model.doses import discontinuities, jump_times
 from pymc_wendy.model.inputs import as_inputs
-from pymc_wendy.model.observation import as_observation, smoothed_state
+from pymc_wendy.model.observation import as_observation, floored_state, smoothed_state
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
 from pymc_wendy.weak.diagnostics import diagnose
@@ -308,11 +308,7 @@ class WeakLikelihood:
         # quadratic over half the series would flatten a peak (and its weights)
         half_width = int(np.clip(self.t.size // 16, 3, 6))
         segs = self._segments()
-        u = smoothed_state(self.t, self.X, segs, half_width=half_width)
-        # floored at a small share of each state's size: a weight of 0 would make the
-        # entry exact, and a smoothed value can dip below 0 near a zero solution
-        rms = np.sqrt(np.mean(self.X**2, axis=0))
-        u = np.maximum(u, 1e-3 * np.where(rms > 0, rms, 1.0))
+        u = floored_state(smoothed_state(self.t, self.X, segs, half_width=half_width), self.X)
         if not obs.complete:
             theta = estimate_noise(self.X, segments=segs, variance=obs.variance_terms(u))
             obs = obs.with_variance_parameters(theta)

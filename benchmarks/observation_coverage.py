@@ -1,7 +1,8 @@
 """Coverage of the weak stage's 95 % intervals under the observation models (issue 56).
 
-Per cell, ``--n-datasets`` simulated data sets fitted by ``pw.fit`` (WENDy-MLE) with the
-observation model that made them. Count cells: counts drawn around a catalogue solution
+Per cell, ``--n-datasets`` simulated data sets fitted by ``pw.fit`` (WENDy-MLE, or with
+``--method hybrid`` / ``oels`` output error weighted per entry) with the observation model
+that made them. Count cells: counts drawn around a catalogue solution
 rescaled to the cell's means (the negative binomial's dispersion estimated by the filter's
 moment fit unless ``--known-alpha``). ``pk_doses_prop``: ``pk_oral_doses`` observed in C with
 10 % proportional error and C = 0 before the first dose, fitted through its input-output
@@ -13,7 +14,7 @@ Every finished data set is appended to ``<store>/<cell>.jsonl`` (default under
 ``benchmarks/results/observation_coverage/``): interrupt and rerun to resume.
 
 Run:  python benchmarks/observation_coverage.py [--cells logistic_poisson,pk_doses_prop]
-          [--n-datasets 200] [--known-alpha]
+          [--n-datasets 200] [--known-alpha] [--method hybrid]
 """
 
 from __future__ import annotations
@@ -63,14 +64,14 @@ def _pk_doses_fit(prob, seed: int):
     )  # fmt: skip
 
 
-def _one(prob, t, U_true, p, generating, fitted, seed: int) -> dict:
+def _one(prob, t, U_true, p, generating, fitted, seed: int, method: str) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if prob.name == "pk_oral_doses":
             res = _pk_doses_fit(prob, seed)
         else:
             U = generating.draw(U_true, None, np.random.default_rng(seed))
-            res = pw.fit(prob.model, t, U, noise=fitted)
+            res = pw.fit(prob.model, t, U, noise=fitted, method=method)
     lo, hi = res.conf_int().T
     return {
         "seed": seed,
@@ -86,7 +87,10 @@ def run_cell(name: str, args) -> None:
     fitted = generating
     if generating.name == "negbinomial" and not args.known_alpha:
         fitted = pw.NegativeBinomial()
-    store = Path(args.store) / f"{name}{'_known' if args.known_alpha else ''}.jsonl"
+    suffix = ("_known" if args.known_alpha else "") + (
+        "" if args.method == "mle" else f"_{args.method}"
+    )
+    store = Path(args.store) / f"{name}{suffix}.jsonl"
     store.parent.mkdir(parents=True, exist_ok=True)
     done = {json.loads(line)["seed"] for line in store.read_text().splitlines()} if (
         store.exists()
@@ -94,7 +98,7 @@ def run_cell(name: str, args) -> None:
     todo = [s for s in range(args.n_datasets) if s not in done]
     bar = ProgressBar(True, name, args.n_datasets, "", completed=len(done))
     for seed in todo:
-        record = _one(prob, t, U_true, p, generating, fitted, seed)
+        record = _one(prob, t, U_true, p, generating, fitted, seed, args.method)
         with store.open("a") as f:
             f.write(json.dumps(record) + "\n")
         bar.update(advance=1)
@@ -107,7 +111,7 @@ def run_cell(name: str, args) -> None:
     n = len(records)
     where = "" if t is None else f", {t.size} points, means {U_true.min():.1f}-{U_true.max():.0f}"
     print(
-        f"{name}: {n} data sets{where}, fitted {fitted}; success "
+        f"{name}: {n} data sets{where}, fitted {fitted} by {args.method}; success "
         f"{sum(r['success'] for r in records)}/{n}"
     )
     for j, pname in enumerate(prob.model.params):
@@ -122,6 +126,10 @@ def main() -> None:
     parser.add_argument("--cells", default=",".join(CELLS))
     parser.add_argument("--n-datasets", type=int, default=200)
     parser.add_argument("--known-alpha", action="store_true")
+    parser.add_argument(
+        "--method", default="mle", choices=["mle", "hybrid", "oels"],
+        help="the estimator of the count cells (pk_doses_prop is always the profile-corrected MLE)",
+    )  # fmt: skip
     parser.add_argument("--store", default=str(HERE / "results" / "observation_coverage"))
     args = parser.parse_args()
     for name in args.cells.split(","):

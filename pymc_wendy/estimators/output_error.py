@@ -8,6 +8,9 @@ Output error (OE-LS, WENDy-MLE sec. 3.2) fits the parameters ``p`` *and* the ini
 with ``Z = U`` for additive noise and ``Z = log U`` for log-normal noise; weighting by the
 per-state noise level makes it the maximum-likelihood estimator of the data model (with one
 noise level for every state, as in the papers' benchmarks, it is plain least squares).
+Where the variance follows the solution (proportional, combined and count noise), each entry
+is weighted by its own noise sd at the solution of the previous fit until the estimate
+settles (:func:`_reweighted`).
 
 The Jacobian comes from forward sensitivities: the state is integrated together with
 ``S = d u / d (p, u0)``, ``dS/dt = f_u S + [f_p, 0]``, ``S(t_0) = [0, I]``, with the model's

@@ -432,3 +432,34 @@ def test_weights_hundreds_of_log_units_apart_are_untrusted_not_nan():
     assert np.exp(weighted["log_weight"]).max() > 0.99
     assert weighted["k"] == np.inf and not _trusted(weighted)
     assert weighted["ess"] < 1.01
+
+
+def test_laplace_fit_restarts_where_its_scale_is_far_wider_than_the_posterior():
+    """A sigmoid's timing set by a small initial state (logistic growth's ``u0 = 0.01``,
+    513 points): the posterior sd of ``u0`` is about 1e-4 while the fit's scale is 0.0066,
+    and below ``u0 = 0`` the solution does not exist. One L-BFGS run stops about 770
+    log-density units short (measured); the restarted fit reaches the mode."""
+    from pymc_wendy.bayes import correction
+
+    t = np.linspace(0.0, 10.0, 513)
+
+    def solution(u0, p):
+        return 1.0 / (1.0 + (1.0 / u0 - 1.0) * np.exp(-(1.0 + p) * t))
+
+    data = solution(0.01, 0.0)
+
+    def logp(x):
+        return -0.5 * np.sum((solution(*x) - data) ** 2) / 0.04**2
+
+    def gradient(x):
+        if x[0] <= 0:
+            return -np.inf, np.zeros(2)
+        h = 1e-8 * np.maximum(np.abs(x), 1e-3)
+        g = [(logp(x + e) - logp(x - e)) / (2 * e.sum()) for e in np.diag(h)]
+        return logp(x), np.array(g)
+
+    x, value = correction._maximise(
+        gradient, np.array([0.0325, 0.02]), np.array([0.0066, 0.015]), np.arange(2)
+    )
+    np.testing.assert_allclose(x, [0.01, 0.0], atol=1e-6)
+    assert value > -1e-6

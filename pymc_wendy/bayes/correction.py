@@ -579,22 +579,40 @@ def _maximise(gradient: _Gradient, start: np.ndarray, scale: np.ndarray, free: n
     the others held at ``start``; the point and its log-density. The coordinates are
     measured in units of ``scale`` (about a posterior sd): L-BFGS's first step has length
     one, which in raw units can leave the region where the solution exists (an initial
-    state of sd 0.002 whose gradient is 1e4)."""
+    state of sd 0.002 whose gradient is 1e4).
+
+    Restarted from where it stopped until a restart gains nothing: where ``scale`` is far
+    wider than the posterior in one coordinate, the line search's steps leave the region
+    where the solution exists and L-BFGS stops on "no relative reduction" with a gradient
+    of 1e5 (logistic growth's initial state at 513 points, 13 posterior sds per unit of
+    ``scale``: four restarts to the mode, where one run stopped 2000 log-density units short).
+    """
     s = scale[free]
+    x, best = start.copy(), -np.inf
+    for _ in range(_MAX_RESTARTS):
+        base = x
 
-    def neg(y):
-        x = start.copy()
-        x[free] += s * y
-        v, g = gradient(x)
-        return (-v, -g[free] * s) if np.isfinite(v) else (1e300, np.zeros_like(y))
+        def neg(y, base=base):
+            trial = base.copy()
+            trial[free] += s * y
+            v, g = gradient(trial)
+            return (-v, -g[free] * s) if np.isfinite(v) else (1e300, np.zeros_like(y))
 
-    res = optimize.minimize(
-        neg, np.zeros(free.size), jac=True, method="L-BFGS-B",
-        options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9},
-    )  # fmt: skip
-    x = start.copy()
-    x[free] += s * res.x
-    return x, -float(res.fun)
+        res = optimize.minimize(
+            neg, np.zeros(free.size), jac=True, method="L-BFGS-B",
+            options={"maxiter": 2000, "ftol": 1e-13, "gtol": 1e-9},
+        )  # fmt: skip
+        x = base.copy()
+        x[free] += s * res.x
+        gained = -float(res.fun) - best
+        best = max(best, -float(res.fun))
+        if not gained > 1e-9 * abs(best):
+            break
+    return x, best
+
+
+#: restarts of the Laplace fit's L-BFGS at most (:func:`_maximise`)
+_MAX_RESTARTS = 10
 
 
 def _inverse_hessian(gradient: _Gradient, x: np.ndarray, step: np.ndarray):

@@ -199,3 +199,21 @@ def test_a_trial_point_with_an_infinite_value_and_nan_gradient_does_not_crash():
     assert np.all(np.isfinite(res.x))
     assert res.success == np.all(np.isfinite(res.stderr))
     assert res.success or caught  # a failure is said
+
+
+@pytest.mark.parametrize("noise", ["normal", "poisson"])
+def test_output_error_at_a_solution_that_explains_nothing_is_no_fit(noise):
+    """Counts of logistic growth (seed 83): output error from its default start runs the
+    initial state to 1e-15 and ``p2`` to -2e10, a solution near 0 everywhere, and used to
+    report it converged with ``success=True``. Now: ``success=False``, status ``"no_fit"``,
+    a warning naming hybrid, which reaches the truth from the same data."""
+    logistic = pw.get_problem("logistic")
+    t = np.linspace(0.0, 10.0, 129)
+    u = 50.0 * pw.solve(logistic.model, logistic.p_true, logistic.u0, t)
+    C = np.random.default_rng(83).poisson(u).astype(float)
+    with pytest.warns(pw.FitWarning, match="explains none of the variation of u"):
+        res = pw.fit(logistic.model, t, C, method="oels", noise=noise)
+    assert not res.success and res.status == "no_fit" and "method='hybrid'" in res.message
+    hybrid = pw.fit(logistic.model, t, C, method="hybrid", noise=noise)
+    assert hybrid.success
+    np.testing.assert_allclose(hybrid.x, [1.0, 1.0 / 50.0], rtol=0.1)

@@ -161,7 +161,7 @@ def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
         x=oe.p,
         method="oels",
         success=oe.success,
-        status="failed" if oe.solve_failed else "converged" if oe.success else "not_converged",
+        status=_status(oe),
         message=message,
         nit=oe.njev,
         nfev=oe.nfev,
@@ -175,6 +175,12 @@ def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
         identifiability=ident,
         **common,
     )
+
+
+def _status(oe) -> str:
+    if oe.solve_failed:
+        return "failed"
+    return "no_fit" if oe.no_fit else "converged" if oe.success else "not_converged"
 
 
 def run(problem: FitProblem) -> FitResult:

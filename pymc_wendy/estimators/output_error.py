@@ -79,6 +79,7 @@ class OutputErrorFit:
     n_failed_solves: int
     wall_time: float
     solve_failed: bool = False  # no forward solve succeeded at the final point
+    no_fit: bool = False  # the solution explains none of a state's variation
 
 
 class _Problem:
@@ -340,15 +341,8 @@ def output_error(
     blocks = np.split(resid, np.cumsum([pr.Z.size for pr in problems])[:-1])
     failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
     failed_at_end = all(failed)
-    success = bool(res.success) and not any(failed) and settled
-    message = res.message
-    if not settled:
-        message = f"the weights of the entries did not settle in {_MAX_REWEIGHTS} refits"
-    if failed_at_end:
-        message = "the forward solve fails at every point the optimiser reached"
-    elif any(failed):
-        which = [e for e, f in enumerate(failed) if f]
-        message = f"the forward solve of experiments {which} fails at the result; {message}"
+    parts = prob._split(res.x) if several else [res.x]
+    success, message, no_fit = _outcome(res, problems, parts, failed, settled)
     return OutputErrorFit(
         p=res.x[:J].copy(),
         u0=res.x[J:].reshape(E, n0).copy() if several else res.x[J:].copy(),
@@ -363,7 +357,42 @@ def output_error(
         n_failed_solves=prob.n_failed,
         wall_time=time.perf_counter() - start,
         solve_failed=failed_at_end,
+        no_fit=no_fit,
     )
+
+
+def _outcome(res, problems: list[_Problem], parts, failed: list[bool], settled: bool):
+    """``(success, message, no fit)`` of an output-error fit: the optimiser's, unless a forward
+    solve fails at the result, the per-entry weights did not settle, or the solution
+    explains none of a state's variation (residual sd at least the data's own: a solution
+    near 0 everywhere, reached by logistic growth's initial state running to 1e-15 while
+    its ``p2`` ran to -2e10, reported converged before)."""
+    success = bool(res.success) and not any(failed) and settled
+    message = res.message
+    if not settled:
+        message = f"the weights of the entries did not settle in {_MAX_REWEIGHTS} refits"
+    if all(failed):
+        return False, "the forward solve fails at every point the optimiser reached", False
+    if any(failed):
+        which = [e for e, f in enumerate(failed) if f]
+        why = f"the forward solve of experiments {which} fails at the result; {message}"
+        return False, why, False
+    unexplained = []
+    for e, (pr, theta) in enumerate(zip(problems, parts, strict=True)):
+        U = pr._states(theta)[0]
+        residual_sd = np.sqrt(np.nanmean((U - pr.Z) ** 2, axis=0))
+        spread = np.nanstd(pr.Z, axis=0, ddof=1)
+        where = f" of experiment {e}" if len(problems) > 1 else ""
+        names = [pr.model.states[c] for c in np.asarray(pr.cols)[residual_sd >= spread]]
+        unexplained += [f"{name}{where}" for name in names]
+    if unexplained:
+        why = (
+            f"the ODE solution at the estimate explains none of the variation of "
+            f"{', '.join(unexplained)} (residual sd at least the data's): a poor local "
+            f"minimum; start from a weak-form estimate (method='hybrid') ({message})"
+        )
+        return False, why, True
+    return success, message, False
 
 
 class _InitialState:

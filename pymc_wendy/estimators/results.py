@@ -121,10 +121,10 @@ class FitResult:
         Short reason the estimator stopped (``"converged"``, ``"max_iter"``,
         ``"normality"``, ``"fallback"``, ``"unidentifiable"``, ``"indefinite_hessian"``,
         ...). ``"no_fit"``: the ODE solution at the estimate explains none of a state's
-        variation (checked where the forward residuals are computed: ``sigma="residual"``
-        and the short-series default). ``"forward_misfit"``: the ODE solution at a
-        weak-form estimate (``"mle"``, ``"irls"``, ``"wls"``), from the known or a fitted
-        initial state, misses the data by more than the noise level allows
+        variation (checked where the forward residuals are computed: output error,
+        ``sigma="residual"`` and the short-series default). ``"forward_misfit"``: the ODE
+        solution at a weak-form estimate (``"mle"``, ``"irls"``, ``"wls"``), from the known
+        or a fitted initial state, misses the data by more than the noise level allows
         (``history["forward_check"]``; refit with ``method="hybrid"``).
         ``"overconfident"``: it fits the data, but its standard errors are below 0.6 of the
         forward model's Cramer-Rao bound along some combination of parameters, which the

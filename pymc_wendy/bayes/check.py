@@ -72,6 +72,13 @@ SHIFT_THRESHOLD = 0.3
 #: narrower interval is a different answer; the ratio's Monte Carlo error on 200 moved draws
 #: is about 0.07)
 SD_RATIO_RANGE = (0.8, 1.25)
+#: weak draws the check moves and solves by default. The check's time is mostly its fixed
+#: part (the Laplace fit, compilation): 200, 400 and 800 draws took 0.7-1.3, 0.8-1.4 and
+#: 0.8-1.4 s on FitzHugh-Nagumo and logistic growth at 513 points, while the shift's spread
+#: over four seeds fell from 0.14-0.26 to 0.16-0.20 (logistic, exact 0.21); FitzHugh-Nagumo
+#: gave 0.87, 0.58 and 0.63 (one seed each). Near the 0.3 threshold a verdict on 200 draws
+#: is a coin toss (docs/validation.md, the check as a classifier)
+N_DRAWS = 800
 
 
 class WeakPosteriorWarning(UserWarning):
@@ -82,7 +89,7 @@ def check_weak(
     idata,
     model: pm.Model | None = None,
     *,
-    n_draws: int = 200,
+    n_draws: int = N_DRAWS,
     initial_state=None,
     random_seed: int | None = None,
     warn: bool = True,
@@ -97,7 +104,8 @@ def check_weak(
         The model with :class:`~pymc_wendy.WeakODELikelihood` terms; default the one in
         context.
     n_draws : int
-        Draws checked (a random subsample; all when there are fewer): one forward solve each.
+        Draws checked (a random subsample; all when there are fewer): one forward solve
+        each; default :data:`N_DRAWS` (800).
     initial_state : distribution or mapping, optional
         Prior of the initial states the forward model adds, as in
         :func:`~pymc_wendy.forward_correction` (use the same one there).

@@ -287,7 +287,7 @@ def sample(
         Options of :func:`~pymc_wendy.forward_correction`; its ``initial_state`` (the prior
         of initial states the weak model does not have) is also the check's.
     check : bool
-        Run the check (on 200 draws; the result gets a ``weak_check`` group with every
+        Run the check (on 800 draws; the result gets a ``weak_check`` group with every
         shift, the Pareto ``k`` and the verdict). ``False`` skips it, and with it the
         automatic correction: the weak posterior, unchecked.
     **kwargs

@@ -211,7 +211,7 @@ def test_output_error_at_a_solution_that_explains_nothing_is_no_fit(noise):
     t = np.linspace(0.0, 10.0, 129)
     u = 50.0 * pw.solve(logistic.model, logistic.p_true, logistic.u0, t)
     C = np.random.default_rng(83).poisson(u).astype(float)
-    with pytest.warns(pw.FitWarning, match="explains none of the variation of u"):
+    with pytest.warns(pw.FitWarning, match="explains none of the variation of the data"):
         res = pw.fit(logistic.model, t, C, method="oels", noise=noise)
     assert not res.success and res.status == "no_fit" and "method='hybrid'" in res.message
     hybrid = pw.fit(logistic.model, t, C, method="hybrid", noise=noise)

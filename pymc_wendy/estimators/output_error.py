@@ -363,10 +363,11 @@ def output_error(
 
 def _outcome(res, problems: list[_Problem], parts, failed: list[bool], settled: bool):
     """``(success, message, no fit)`` of an output-error fit: the optimiser's, unless a forward
-    solve fails at the result, the per-entry weights did not settle, or the solution
-    explains none of a state's variation (residual sd at least the data's own: a solution
-    near 0 everywhere, reached by logistic growth's initial state running to 1e-15 while
-    its ``p2`` ran to -2e10, reported converged before)."""
+    solve fails at the result, the per-entry weights did not settle, or the solution of an
+    experiment explains none of the variation of any of its states (residual sd at least
+    the data's own: a solution near 0 everywhere, reached by logistic growth's initial
+    state running to 1e-15 while its ``p2`` ran to -2e10, reported converged before). One
+    flat state alone is no evidence: its residuals are its noise, as large as its spread."""
     success = bool(res.success) and not any(failed) and settled
     message = res.message
     if not settled:
@@ -381,15 +382,13 @@ def _outcome(res, problems: list[_Problem], parts, failed: list[bool], settled: 
     for e, (pr, theta) in enumerate(zip(problems, parts, strict=True)):
         U = pr._states(theta)[0]
         residual_sd = np.sqrt(np.nanmean((U - pr.Z) ** 2, axis=0))
-        spread = np.nanstd(pr.Z, axis=0, ddof=1)
-        where = f" of experiment {e}" if len(problems) > 1 else ""
-        names = [pr.model.states[c] for c in np.asarray(pr.cols)[residual_sd >= spread]]
-        unexplained += [f"{name}{where}" for name in names]
+        if np.all(residual_sd >= np.nanstd(pr.Z, axis=0, ddof=1)):
+            unexplained.append(f"experiment {e}" if len(problems) > 1 else "the data")
     if unexplained:
         why = (
             f"the ODE solution at the estimate explains none of the variation of "
-            f"{', '.join(unexplained)} (residual sd at least the data's): a poor local "
-            f"minimum; start from a weak-form estimate (method='hybrid') ({message})"
+            f"{', '.join(unexplained)} (residual sd at least the data's in every state): a "
+            f"poor local minimum; start from a weak-form estimate (method='hybrid') ({message})"
         )
         return False, why, True
     return success, message, False

@@ -584,7 +584,7 @@ def _maximise(gradient: _Gradient, start: np.ndarray, scale: np.ndarray, free: n
     Restarted from where it stopped until a restart gains nothing: where ``scale`` is far
     wider than the posterior in one coordinate, the line search's steps leave the region
     where the solution exists and L-BFGS stops on "no relative reduction" with a gradient
-    of 1e5 (logistic growth's initial state at 513 points, 13 posterior sds per unit of
+    of 3e5 (logistic growth's initial state at 513 points, 13 posterior sds per unit of
     ``scale``: four restarts to the mode, where one run stopped 2000 log-density units short).
     """
     s = scale[free]

@@ -188,6 +188,10 @@ class _Problem:
             return None
         return np.exp(U) if self.log else U
 
+    def _split(self, theta: np.ndarray) -> list[np.ndarray]:
+        """``theta`` per experiment: this one's (as :class:`_JointProblem` splits)."""
+        return [theta]
+
     def reweight(self, w: np.ndarray) -> None:
         """New weights (1 / noise sd per entry): the residuals change, the solve does not."""
         self.w = np.broadcast_to(np.asarray(w, dtype=float), self.Z.shape)
@@ -262,8 +266,7 @@ def _reweighted(prob, problems: list[_Problem], observations, sigmas, res, bound
     methods do. Returns the last fit and whether the weights settled."""
     for _ in range(_MAX_REWEIGHTS):
         theta = res.x
-        parts = prob._split(theta) if isinstance(prob, _JointProblem) else [theta]
-        for pr, th, se, obs in zip(problems, parts, sigmas, observations, strict=True):
+        for pr, th, se, obs in zip(problems, prob._split(theta), sigmas, observations, strict=True):
             u = pr.solution(th)
             if u is None:  # the fit failed; the caller reports it
                 return res, True
@@ -341,8 +344,7 @@ def output_error(
     blocks = np.split(resid, np.cumsum([pr.Z.size for pr in problems])[:-1])
     failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
     failed_at_end = all(failed)
-    parts = prob._split(res.x) if several else [res.x]
-    success, message, no_fit = _outcome(res, problems, parts, failed, settled)
+    success, message, no_fit = _outcome(res, problems, prob._split(res.x), failed, settled)
     return OutputErrorFit(
         p=res.x[:J].copy(),
         u0=res.x[J:].reshape(E, n0).copy() if several else res.x[J:].copy(),

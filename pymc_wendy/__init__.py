@@ -67,6 +67,7 @@ if TYPE_CHECKING:  # for static tools; at run time __getattr__ below makes the s
         Proportional,
         SimulatedData,
         SimulationError,
+        derivative,
         input_output,
         simulate,
         solve,
@@ -133,6 +134,7 @@ __all__ = [
     "compare",
     "compute_log_likelihood",
     "coverage",
+    "derivative",
     "estimate_initial_state",
     "estimate_noise",
     "estimators",
@@ -177,7 +179,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "pymc_wendy.model": (
         "Combined", "Doses", "Input", "InputOutput", "LogNormal", "MissingDataWarning",
         "NegativeBinomial", "Normal", "ODEDefinitionError", "ODEModel", "Poisson",
-        "Proportional", "SimulatedData", "SimulationError", "input_output", "simulate", "solve",
+        "Proportional", "SimulatedData", "SimulationError", "derivative", "input_output",
+        "simulate", "solve",
     ),
     "pymc_wendy.problems": ("PROBLEMS", "Problem", "get_problem", "list_problems"),
     "pymc_wendy.studies": (

@@ -190,15 +190,20 @@ def test_first_order_operator_kernels_reduce_to_the_standard_ones():
     )
     F, Ju, Jp, Jup, Jpp, Jupp = lik.form.derivs(p, "f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
     s2 = lik.sigma**2
-    ev_o = operator_kernels.evaluate(data, F, Ju, terms, s2, lik.ridge)
+    # the operator kernels take the pointwise parts stacked (one entry: no total derivatives)
+    ev_o = operator_kernels.evaluate(data, F[None], Ju[None], terms, s2, lik.ridge)
     ev_k = kernels.evaluate(lik.phi, lik.dphi, lik.form.b, F, Ju, s2, lik.ridge)
     assert ev_o.nll == pytest.approx(ev_k.nll, rel=1e-12)
-    g_o, gs_o, BT = operator_kernels.gradient_parts(ev_o, data, Jp, Jup, terms, lik.ridge)
+    g_o, gs_o, BT = operator_kernels.gradient_parts(
+        ev_o, data, Jp[None], Jup[None], terms, lik.ridge
+    )
     g_k, gs_k, B = kernels.gradient_parts(ev_k, lik.phi, Jp, Jup, lik.ridge)
     np.testing.assert_allclose(g_o, g_k, rtol=1e-9)
     np.testing.assert_allclose(gs_o, gs_k, rtol=1e-9)
     for exact in (True, False):
-        H_o = operator_kernels.hessian(ev_o, data, Jp, Jup, Jpp, Jupp, terms, BT, exact=exact)
+        H_o = operator_kernels.hessian(
+            ev_o, data, Jp[None], Jup[None], Jpp[None], Jupp[None], terms, BT, exact=exact
+        )
         H_k = kernels.hessian(ev_k, lik.phi, Jp, Jup, Jpp, Jupp, B, exact=exact)
         np.testing.assert_allclose(H_o, H_k, rtol=1e-8, atol=1e-8 * np.abs(H_k).max())
 

@@ -16,6 +16,7 @@ from pymc_wendy.model.observation import (
     Proportional,
 )
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
+from pymc_wendy.model.total_derivative import derivative
 from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "SimulationError",
     "add_noise",
     "as_data",
+    "derivative",
     "input_output",
     "simulate",
     "solve",

@@ -30,7 +30,7 @@ from typing import NamedTuple
 import numpy as np
 import sympy as sp
 
-from pymc_wendy.model import codegen
+from pymc_wendy.model import codegen, total_derivative
 
 # Generated and compiled functions by model structure (ODEModel._functions).
 _SHARED_FUNCTIONS: dict[tuple, dict[tuple[str, str], Callable]] = {}
@@ -217,6 +217,22 @@ def _check_disjoint(states: tuple[str, ...], params: tuple[str, ...]) -> None:
         )
 
 
+def _add_total_derivative(d, k, G, u, params, linear: dict, nonlinear: dict) -> None:
+    """File ``d^k/dt^k G`` of equation ``d``: under ``linear`` (``(d, e, k) -> coefficient``)
+    when ``G`` is linear in the states with coefficients of the parameters alone, the cheaper
+    and forward-solvable kind; otherwise under ``nonlinear`` (``(d, k) -> G``)."""
+    coeffs = [sp.diff(G, ue) for ue in u]
+    if (
+        all(c.free_symbols <= params for c in coeffs)
+        and sp.expand(G - sum(c * ue for c, ue in zip(coeffs, u, strict=True))) == 0
+    ):
+        for e, c in enumerate(coeffs):
+            if c != 0:
+                linear[(d, e, k)] = linear.get((d, e, k), sp.Integer(0)) + c
+        return
+    nonlinear[(d, k)] = G
+
+
 # --- the model -----------------------------------------------------------------------------
 
 
@@ -401,8 +417,17 @@ class ODEModel:
                 derivs[sp.Symbol(f"u{d}_{k}", real=True)] = (d, k)
         linear_syms = [*derivs, *inputs]
         params = set(self._p)
-        pointwise, deriv_terms, input_terms = [], {}, {}
+        pointwise, deriv_terms, input_terms, totals = [], {}, {}, {}
         for d, e in enumerate(exprs):
+            try:
+                e, total = total_derivative.split(
+                    e, self.orders[d], self._u, params, self.named,
+                    f"equation {d} ({self.states[d]})",
+                )  # fmt: skip
+            except ValueError as exc:
+                raise ODEDefinitionError(str(exc)) from None
+            for k, G in total.items():
+                _add_total_derivative(d, k, G, self._u, params, deriv_terms, totals)
             for sym in linear_syms:
                 coeff = sp.diff(e, sym)
                 if coeff == 0:
@@ -428,6 +453,9 @@ class ODEModel:
         self.expressions = tuple(pointwise)
         self.derivative_terms = deriv_terms
         self.input_terms = input_terms
+        #: ``(d, k) -> G``: equation ``d`` holds ``d^k/dt^k G(u, p)`` (:mod:`.total_derivative`);
+        #: total derivatives of expressions linear in the states are in ``derivative_terms``
+        self.total_derivative_terms = totals
 
     @classmethod
     def from_expressions(
@@ -470,10 +498,15 @@ class ODEModel:
 
     @property
     def has_operator_terms(self) -> bool:
-        """True for models of order > 1 or with inputs: their weak residual carries
-        parameter-dependent derivative operators and input integrals
+        """True for models of order > 1, with inputs or with total derivative terms: their
+        weak residual carries parameter-dependent derivative operators and input integrals
         (:mod:`pymc_wendy.weak.operator`), not only the pointwise ``Phi f + dPhi U``."""
-        return any(q > 1 for q in self.orders) or bool(self.inputs)
+        return (
+            any(q > 1 for q in self.orders)
+            or bool(self.inputs)
+            or bool(self.derivative_terms)
+            or bool(self.total_derivative_terms)
+        )
 
     @property
     def companion_states(self) -> tuple[str, ...]:
@@ -575,14 +608,36 @@ class ODEModel:
         )
         coeffs = [*self.derivative_terms.values(), *self.input_terms.values()]
         return pointwise and all(
-            sp.expand(sp.diff(c, a, b)) == 0 for c in coeffs for a in self._p for b in self._p
+            sp.expand(sp.diff(c, a, b)) == 0
+            for c in [*coeffs, *self.total_derivative_terms.values()]
+            for a in self._p
+            for b in self._p
         )
 
     @cached_property
     def is_linear_in_states(self) -> bool:
         """True when every ``d2f/du2`` of the pointwise part is identically zero (with
         derivative terms and inputs, which are linear by construction: a linear ODE)."""
-        return all(sp.expand(e) == 0 for e in np.asarray(self._jacobians["f_uu"].tolist()).ravel())
+        pointwise = np.asarray(self._jacobians["f_uu"].tolist()).ravel()
+        return not self.total_derivative_terms and all(sp.expand(e) == 0 for e in pointwise)
+
+    @cached_property
+    def explicit_expressions(self) -> tuple[sp.Expr, ...]:
+        """:attr:`full_expressions` with every total derivative expanded by the chain rule in
+        the companion states (:func:`~.total_derivative.explicit`): what a forward solve
+        integrates. A ValueError names an implicit equation, which has none."""
+        companion = self._companion_symbols()
+        chain, i = {}, 0
+        for q in self.orders:
+            for k in range(q):
+                chain[companion[i + k]] = companion[i + k + 1] if k < q - 1 else None
+            i += q
+        try:
+            return tuple(
+                total_derivative.explicit(e, chain, self._t) for e in self.full_expressions
+            )
+        except ValueError as exc:
+            raise ValueError(f"{self.name}: {exc}; it cannot be solved forward") from None
 
     @cached_property
     def _functions(self) -> dict[tuple[str, str], Callable]:
@@ -759,7 +814,7 @@ class ODEModel:
 
         def build(model: ODEModel) -> Callable:
             y = model._companion_symbols()
-            exprs = sp.Array(model.full_expressions)
+            exprs = sp.Array(model.explicit_expressions)
             if which == "rhs":
                 arr = exprs
             else:

@@ -16,7 +16,7 @@ import sympy as sp
 
 from pymc_wendy.model import codegen
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.weak import operator_kernels
+from pymc_wendy.weak import kernels, operator_kernels
 from pymc_wendy.weak.form import KernelSpec, WeakForm, register_form
 from pymc_wendy.weak.test_functions import (
     MAX_MOMENT_ERROR,
@@ -105,6 +105,58 @@ def _coefficients(model: ODEModel) -> _Coefficients:
     return model.cached(("operator", "coefficients"), _Coefficients)
 
 
+class _TotalTerms:
+    """Generated functions of a model's total derivative terms
+    (:attr:`~pymc_wendy.ODEModel.total_derivative_terms`): ``(-1)^k G_{dk}`` stacked over the
+    orders ``k`` present (``orders``), and their derivatives in the states and parameters
+    with the layout of the model's ``f``, ``f_u``, ... after the stack axis: each enters
+    the residual as ``f`` does, through ``Phi^(k)`` instead of ``Phi``."""
+
+    _SUFFIXES = ("f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
+
+    def __init__(self, model: ODEModel):
+        self.orders = sorted({k for _, k in model.total_derivative_terms})
+        t, u, p = model.symbols
+        G = np.full((len(self.orders), model.n_states), sp.Integer(0), dtype=object)
+        for (d, k), expr in model.total_derivative_terms.items():
+            G[self.orders.index(k), d] = (-1) ** k * expr
+        arrays = {"f": G}
+        arrays["f_u"] = _derived(G, u)
+        arrays["f_p"] = _derived(G, p)
+        arrays["f_up"] = _derived(arrays["f_u"], p)
+        arrays["f_pp"] = _derived(arrays["f_p"], p)
+        arrays["f_upp"] = _derived(arrays["f_up"], p)
+        self.shapes = {w: a.shape for w, a in arrays.items()}
+        self._fns = {
+            w: codegen.generate(
+                f"_total_{w}", codegen.nonzero_entries(a), t=t, u=list(u), p=list(p)
+            )
+            for w, a in arrays.items()
+        }
+
+    def evaluate(self, which: str, t: np.ndarray, X: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """``which`` at every data row, the stack axis first: shape ``(len(orders), M+1, D, ...)``."""
+        out = np.zeros((t.size, *self.shapes[which]))
+        with np.errstate(all="ignore"):
+            out = self._fns[which](t, X, np.asarray(p, dtype=float), out)
+        return np.moveaxis(out, 1, 0)
+
+
+def _derived(a: np.ndarray, symbols) -> np.ndarray:
+    """``a`` differentiated in each of ``symbols``, a new last axis."""
+    out = np.empty((*a.shape, len(symbols)), dtype=object)
+    for idx in np.ndindex(*a.shape):
+        for j, s in enumerate(symbols):
+            out[(*idx, j)] = sp.diff(a[idx], s)
+    return out
+
+
+def _total_terms(model: ODEModel) -> _TotalTerms | None:
+    if not model.total_derivative_terms:
+        return None
+    return model.cached(("operator", "total_terms"), _TotalTerms)
+
+
 def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel, **where) -> TestFunctions:
     """The default test functions of a model of order ``q`` (``docs/higher_order.md``).
 
@@ -177,11 +229,15 @@ class OperatorForm(WeakForm):
         self.moment_error = err
         ops = np.stack([np.ascontiguousarray(tf.derivative_matrix(q)) for q in range(1, Q + 1)])
         psi = np.stack([w.integrate(tf) for w in inputs.values()] or [np.zeros(tf.K)], axis=1)
+        #: the total derivative terms' generated functions, or None
+        self.totals = _total_terms(model)
+        orders = self.totals.orders if self.totals is not None else []
         self.data = operator_kernels.Data(
             phi=self.phi,
             ops=ops,
             OX=np.einsum("qkm,me->qke", ops, X),
             Psi=psi[:, : len(inputs)],
+            pointwise=np.stack([self.phi, *(ops[k - 1] for k in orders)]),
         )
 
     def operator_scale(self) -> float:
@@ -189,15 +245,29 @@ class OperatorForm(WeakForm):
         # with time like S (every other term carries parameters with matching time units)
         return float(np.mean(np.sum(self.data.ops[-1] ** 2, axis=1)))
 
+    def pointwise(self, p: np.ndarray, *which: str) -> list[np.ndarray]:
+        """The model's derivatives ``which`` (``"f"``, ``"f_u"``, ...) at the data, each
+        stacked with those of the total derivative terms (:class:`_TotalTerms`): shape
+        ``(P, M+1, ...)`` in the order of ``data.pointwise``."""
+        out = []
+        for w, arr in zip(which, self.derivs(p, *which), strict=True):
+            if self.totals is None:
+                out.append(arr[None])
+                continue
+            extra = self.totals.evaluate(w, self.t, self.X, p)
+            kernels.check_finite(f"a total derivative term ({w})", np.moveaxis(extra, 0, 1), self.t)
+            out.append(np.concatenate([arr[None], extra]))
+        return out
+
     def evaluation(self, p, s2, diag=None) -> operator_kernels.Evaluation:
-        F, Ju = self.derivs(p, "f", "f_u")
+        F, Ju = self.pointwise(p, "f", "f_u")
         terms = self.coefficients.terms(p)
         return operator_kernels.evaluate(
             self.data, F, Ju, terms, s2, self.ridge, self._diag(diag), self.weights
         )
 
     def gradient(self, p, ev, logdet: bool, sigma2: bool) -> tuple:
-        Jp, Jup = self.derivs(p, "f_p", "f_up")
+        Jp, Jup = self.pointwise(p, "f_p", "f_up")
         terms = self.coefficients.terms(p, 1)
         g, gs, BT = operator_kernels.gradient_parts(
             ev, self.data, Jp, Jup, terms, self.ridge, logdet, sigma2
@@ -206,16 +276,16 @@ class OperatorForm(WeakForm):
 
     def hessian(self, p, ev, state: tuple, logdet: bool, exact: bool) -> np.ndarray:
         Jp, Jup, BT = state
-        Jpp, Jupp = self.derivs(p, "f_pp", "f_upp")
+        Jpp, Jupp = self.pointwise(p, "f_pp", "f_upp")
         terms = self.coefficients.terms(p, 2)
         return operator_kernels.hessian(ev, self.data, Jp, Jup, Jpp, Jupp, terms, BT, logdet, exact)
 
     def residual(self, p) -> np.ndarray:
-        (F,) = self.derivs(p, "f")
+        (F,) = self.pointwise(p, "f")
         return operator_kernels.residual(self.data, F, self.coefficients.terms(p))
 
     def dr_dp(self, p) -> np.ndarray:
-        (Jp,) = self.derivs(p, "f_p")
+        (Jp,) = self.pointwise(p, "f_p")
         return operator_kernels.dr_dp(self.data, Jp, self.coefficients.terms(p, 1))
 
     def linear_coefficients(self, s2e: np.ndarray):
@@ -223,7 +293,7 @@ class OperatorForm(WeakForm):
         the residual and ``L`` are affine in ``p``, read off at ``p = 0``."""
         J = self.model.n_params
         zero = np.zeros(J)
-        F0, Ju0, Jup = self.derivs(zero, "f", "f_u", "f_up")
+        F0, Ju0, Jup = self.pointwise(zero, "f", "f_u", "f_up")
         terms = self.coefficients.terms(zero, 1)
         r0 = operator_kernels.residual(self.data, F0, terms)
         G = self.dr_dp(zero)
@@ -250,6 +320,12 @@ class OperatorForm(WeakForm):
 
     def kernel_spec(self) -> KernelSpec:
         model, coeff, d = self.model, self.coefficients, self.data
+        if self.totals is not None:
+            raise ValueError(
+                f"{model.name}: the compiled likelihood (the Op under the numba linker, nutpie) "
+                "does not take total derivative terms yet; WeakLikelihood, pw.fit and the "
+                "Python Op (PyTensor's C or Python linker) do"
+            )
         fns = {w: model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
         fns |= {w: coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")}
         arrays = (self.t, self.X, d.phi, d.ops, d.OX, d.Psi, self.weights_or_ones())

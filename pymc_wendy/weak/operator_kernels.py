@@ -69,6 +69,14 @@ class Data:
     ops: np.ndarray  # (Q, K, M1): Phi^(q), q = 1..Q
     OX: np.ndarray  # (Q, K, D): Phi^(q) X
     Psi: np.ndarray  # (K, I): int phi w_i
+    #: (P, K, M1): the operators of the pointwise stack (``phi``, then ``Phi^(k)`` of each
+    #: order of the total derivative terms); the ``F``, ``Ju``, ... the kernels take are
+    #: stacked the same way, shape (P, M1, ...)
+    pointwise: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.pointwise is None:
+            self.pointwise = self.phi[None]
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -111,14 +119,15 @@ def _b(data: Data, C: np.ndarray, beta: np.ndarray) -> np.ndarray:
 
 
 def residual(data: Data, F: np.ndarray, terms: Terms) -> np.ndarray:
-    """Weak residual ``vec(Phi F + b(p))`` in state-major order."""
-    return (data.phi @ F + _b(data, terms.C, terms.beta)).T.ravel()
+    """Weak residual ``vec(sum_P Phi_P F_P + b(p))`` in state-major order."""
+    PF = np.einsum("qkm,qmd->kd", data.pointwise, F, optimize=True)
+    return (PF + _b(data, terms.C, terms.beta)).T.ravel()
 
 
 def linearisation(data: Data, Ju: np.ndarray, C: np.ndarray) -> np.ndarray:
     """Dense noise linearisation ``L``, shape ``(K D, D M1)`` (module doc)."""
     K, D, M1 = data.shape
-    L = data.phi[None, :, None, :] * Ju.transpose(1, 2, 0)[:, None, :, :]
+    L = np.einsum("qkm,qmde->dkem", data.pointwise, Ju, optimize=True)
     L += np.einsum("qde,qkm->dkem", C, data.ops, optimize=True)
     return L.reshape(K * D, D * M1)
 
@@ -153,7 +162,7 @@ def evaluate(
 def dr_dp(data: Data, Jp: np.ndarray, terms: Terms) -> np.ndarray:
     """Jacobian of the residual with respect to ``p``, shape ``(K D, J)``."""
     K, D, _ = data.shape
-    G = kernels.dr_dp(data.phi, Jp)
+    G = np.einsum("qkm,qmdj->dkj", data.pointwise, Jp, optimize=True).reshape(K * D, -1)
     Bp = np.einsum("qke,qdej->dkj", data.OX, terms.C_p, optimize=True)
     Bp += np.einsum("ki,dij->dkj", data.Psi, terms.beta_p, optimize=True)
     return G + Bp.reshape(K * D, -1)
@@ -180,10 +189,10 @@ def gradient_parts(
     if logdet:
         WL += kernels.solve_covariance(ev.C, ev.L)
     WLS = (WL * ev.s2_columns[None, :]).reshape(D, K, D, M1)
-    B = np.einsum("km,dkem->dme", data.phi, WLS, optimize=True)
+    B = np.einsum("qkm,dkem->qdme", data.pointwise, WLS, optimize=True)
     T = np.einsum("qkm,dkem->qde", data.ops, WLS, optimize=True)
     grad_p = dr_dp(data, Jp, terms).T @ ev.a
-    grad_p += np.einsum("dme,mdej->j", B, Jup, optimize=True)
+    grad_p += np.einsum("qdme,qmdej->j", B, Jup, optimize=True)
     grad_p += np.einsum("qde,qdej->j", T, terms.C_p, optimize=True)
     if not sigma2:
         return grad_p, None, (B, T)
@@ -197,7 +206,7 @@ def gradient_parts(
 def dL_dp(data: Data, Jup: np.ndarray, terms: Terms) -> np.ndarray:
     """``dL/dp_j`` for every parameter, shape ``(J, K D, D M1)``."""
     K, D, M1 = data.shape
-    Lj = data.phi[None, None, :, None, :] * Jup.transpose(3, 1, 2, 0)[:, :, None, :, :]
+    Lj = np.einsum("qkm,qmdej->jdkem", data.pointwise, Jup, optimize=True)
     Lj = Lj + np.einsum("qdej,qkm->jdkem", terms.C_p, data.ops, optimize=True)
     return Lj.reshape(-1, K * D, D * M1)
 
@@ -218,7 +227,7 @@ def hessian(
     K, D, M1 = data.shape
     B, T = BT
     A = ev.a.reshape(D, K)
-    Pa = A @ data.phi
+    Pa = np.einsum("dk,qkm->qdm", A, data.pointwise, optimize=True)
     s2c = ev.s2_columns
     G = dr_dp(data, Jp, terms)
     Lj = dL_dp(data, Jup, terms)
@@ -227,11 +236,11 @@ def hessian(
     Sa = np.einsum("jnc,c->nj", Lj, s2c * La, optimize=True) + ev.L @ (s2c[:, None] * LjTa.T)
     Wv = kernels.solve_lower(ev.C, G - Sa)
     H = (
-        np.einsum("dm,mdij->ij", Pa, Jpp, optimize=True)
+        np.einsum("qdm,qmdij->ij", Pa, Jpp, optimize=True)
         + np.einsum("dk,qke,qdeij->ij", A, data.OX, terms.C_pp, optimize=True)
         + np.einsum("dk,ki,dilj->lj", A, data.Psi, terms.beta_pp, optimize=True)
         + Wv.T @ Wv
-        + np.einsum("dme,mdeij->ij", B, Jupp, optimize=True)
+        + np.einsum("qdme,qmdeij->ij", B, Jupp, optimize=True)
         + np.einsum("qde,qdeij->ij", T, terms.C_pp, optimize=True)
         - (LjTa * s2c[None, :]) @ LjTa.T
     )

@@ -1,0 +1,161 @@
+r"""Total derivatives of functions of the states: ``d^k/dt^k G(x, p)`` as a term of a model.
+
+A right-hand side may hold ``derivative(G, k)``, the ``k``-th time derivative of an expression
+``G`` in the states and parameters, entering linearly with a coefficient of the parameters
+alone. The weak form never differentiates the data: ``k`` integrations by parts move the
+derivative onto the test functions, ``int phi (d^k/dt^k G) dt = (-1)^k int phi^(k) G dt``,
+so such a term costs what a pointwise term costs (:mod:`pymc_wendy.weak.operator`).
+
+Two uses:
+
+* a second-order model written as physicists write it, the Van der Pol oscillator
+  ``x'' = mu d/dt (x - x^3/3) - x`` (``mu (1 - x^2) x'`` is not a linear derivative term);
+* the equations of the observed states of a model with a hidden one
+  (:func:`~pymc_wendy.model.elimination.eliminate`): SIR observed in ``I`` satisfies
+  ``(log I)'' = -(beta/N) I' - (beta gamma/N) I``, whose terms are all of this kind.
+
+A forward solve needs the explicit right-hand side: :func:`explicit` expands each total
+derivative by the chain rule in the companion states (``x, x', ...``), which works while
+``k`` is below the order of every state ``G`` holds; an equation whose own highest
+derivative sits inside a term is implicit and is solved through the model it came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sympy as sp
+
+__all__ = ["TotalDerivative", "derivative", "explicit", "split"]
+
+
+class TotalDerivative(sp.Function):
+    """``TotalDerivative(G, k)``: the ``k``-th time derivative of ``G`` along a solution.
+
+    Kept unevaluated by sympy; :class:`~pymc_wendy.ODEModel` takes it apart
+    (:func:`split`). ``G`` free of every state is a constant in time, so its derivative is 0.
+    """
+
+    nargs = 2
+
+    @classmethod
+    def eval(cls, expr, k):
+        if not (k.is_Integer and k >= 1):
+            raise ValueError(f"the order of a total derivative must be an integer >= 1; got {k}")
+        if expr.is_number:
+            return sp.Integer(0)
+        return None
+
+    def _eval_derivative(self, s):
+        # a derivative with respect to a symbol G does not hold (a companion state, an
+        # input) is 0; the weak form never asks for one with respect to G's own states
+        if s in self.args[0].free_symbols:
+            raise ValueError(f"{self} cannot be differentiated pointwise in {s}")
+        return sp.Integer(0)
+
+
+def derivative(expr, order: int = 1) -> sp.Expr:
+    """The ``order``-th time derivative of ``expr``, for a model's right-hand side.
+
+    Parameters
+    ----------
+    expr : expression
+        A function of the states (not their derivatives or the inputs) and the parameters,
+        written with the ``u`` and ``p`` the right-hand side receives.
+    order : int, default 1
+        How many times to differentiate; at most the order of the equation it enters.
+
+    Returns
+    -------
+    sympy.Expr
+        A marker the model splits off: it enters the weak form through derivatives of the
+        test functions, never through derivatives of the data.
+
+    Examples
+    --------
+    The Van der Pol oscillator, ``x'' = mu (1 - x^2) x' - x``, whose damping term is the
+    derivative of ``x - x^3 / 3``:
+
+    >>> import pymc_wendy as pw
+    >>> vdp = pw.ODEModel(
+    ...     lambda t, u, p: [p[0] * pw.derivative(u[0] - u[0] ** 3 / 3) - u[0]],
+    ...     states=["x"], params=["mu"], order=2)
+    >>> vdp.has_operator_terms
+    True
+    """
+    if isinstance(order, bool) or int(order) != order:
+        raise ValueError(f"order must be an integer >= 1; got {order!r}")
+    return TotalDerivative(sp.sympify(expr), sp.Integer(int(order)))
+
+
+def split(
+    expr: sp.Expr,
+    order: int,
+    states: Sequence[sp.Symbol],
+    params: set,
+    named: Callable[[sp.Expr], sp.Expr],
+    where: str,
+) -> tuple[sp.Expr, dict[int, sp.Expr]]:
+    """``expr`` without its total derivatives, and ``{k: G_k}`` with ``expr = rest + sum_k
+    d^k/dt^k G_k`` (each ``G_k`` with its coefficient folded in).
+
+    Refused, naming the term (``where`` names the equation): an order above ``order``, a ``G``
+    holding anything but the states ``states`` and the parameters, a total derivative that
+    enters nonlinearly or with a coefficient that is not a function of the parameters alone.
+    """
+    terms: dict[int, sp.Expr] = {}
+    atoms = sorted(expr.atoms(TotalDerivative), key=sp.default_sort_key)
+    allowed = set(states) | params
+    for atom in atoms:
+        G, k = atom.args[0], int(atom.args[1])
+        if k > order:
+            raise ValueError(
+                f"{where}: {named(atom)} has order {k}, above the equation's order {order}"
+            )
+        extra = G.free_symbols - allowed
+        if extra or G.atoms(TotalDerivative):
+            raise ValueError(
+                f"{where}: {named(atom)} must differentiate a function of the states and "
+                f"parameters only; it holds {sorted(map(str, map(named, extra))) or 'a nested one'}"
+            )
+        x = sp.Dummy("x")
+        linear = expr.xreplace({atom: x})
+        coeff = sp.diff(linear, x)
+        if coeff.has(x) or not coeff.free_symbols <= params:
+            raise ValueError(
+                f"{where}: {named(atom)} must enter linearly with a coefficient of the "
+                f"parameters alone; its coefficient is {named(coeff)}"
+            )
+        terms[k] = terms.get(k, sp.Integer(0)) + coeff * G
+    rest = expr.xreplace({atom: 0 for atom in atoms}) if atoms else expr
+    return rest, {k: G for k, G in terms.items() if sp.expand(G) != 0}
+
+
+def explicit(expr: sp.Expr, chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symbol) -> sp.Expr:
+    """``expr`` with every total derivative expanded by the chain rule.
+
+    ``chain`` maps each companion symbol to the symbol of its derivative, or to None for a
+    state's highest derivative (what the equation defines): a term that would need one of
+    those is implicit, a ValueError.
+    """
+
+    def d_dt(e: sp.Expr) -> sp.Expr:
+        out = sp.diff(e, t)
+        for sym in e.free_symbols & set(chain):
+            nxt = chain[sym]
+            if nxt is None:
+                raise ValueError(
+                    "an equation whose highest derivative sits inside a total derivative "
+                    "term is implicit and has no explicit right-hand side"
+                )
+            out += sp.diff(e, sym) * nxt
+        return out
+
+    def expand(atom: TotalDerivative) -> sp.Expr:
+        G, k = atom.args[0], int(atom.args[1])
+        for _ in range(k):
+            G = d_dt(G)
+        return G
+
+    atoms = expr.atoms(TotalDerivative)
+    return expr.xreplace({a: expand(a) for a in atoms}) if atoms else expr

@@ -16,8 +16,8 @@ from pymc_wendy.model.observation import (
     Proportional,
 )
 from pymc_wendy.model.ode import ODEDefinitionError, ODEModel
-from pymc_wendy.model.total_derivative import derivative
 from pymc_wendy.model.simulate import SimulatedData, SimulationError, add_noise, simulate, solve
+from pymc_wendy.model.total_derivative import derivative
 
 __all__ = [
     "Combined",

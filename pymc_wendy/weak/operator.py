@@ -135,7 +135,7 @@ class _TotalTerms:
         }
 
     def evaluate(self, which: str, t: np.ndarray, X: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """``which`` at every data row, the stack axis first: shape ``(len(orders), M+1, D, ...)``."""
+        """``which`` at every data row, the stack axis first: ``(len(orders), M+1, D, ...)``."""
         out = np.zeros((t.size, *self.shapes[which]))
         with np.errstate(all="ignore"):
             out = self._fns[which](t, X, np.asarray(p, dtype=float), out)

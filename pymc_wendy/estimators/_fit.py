@@ -29,6 +29,7 @@ from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
 from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
+from pymc_wendy.model.total_derivative import domain_check
 from pymc_wendy.weak import bias
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import (
@@ -309,7 +310,7 @@ def _one_experiment(model, t, U, time_unit) -> ObservedData | None:
     try:
         with warnings.catch_warnings():  # reported again by the fit itself
             warnings.simplefilter("ignore", MissingDataWarning)
-            return as_data(t, U, model.states, time_unit=time_unit)
+            return as_data(t, U, model.states, time_unit=time_unit, undefined=domain_check(model))
     except (ValueError, TypeError):
         return None
 

@@ -27,7 +27,7 @@ Nothing here depends on the weak form: the returned arrays still go through
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -256,6 +256,7 @@ def as_data(
     *,
     time_unit: str | None = None,
     warn: bool = True,
+    undefined: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, str]] | None = None,
 ) -> ObservedData:
     """Read ``(t, U)`` as float arrays in the model's state order, leaving out missing rows.
 
@@ -273,6 +274,10 @@ def as_data(
         Unit of datetime or duration time axes (default days, resp. seconds).
     warn : bool, default True
         Issue a :class:`MissingDataWarning` when rows are left out.
+    undefined : callable, optional
+        ``undefined(t, U) -> (rows, what)``: complete rows where the model's equations are
+        undefined (``log I`` at ``I <= 0``), left out as missing rows are, and the
+        expressions concerned, for the warning.
 
     Returns
     -------
@@ -305,19 +310,38 @@ def as_data(
         return ObservedData(t, U, np.ones(np.shape(t)[:1], dtype=bool), t, origin, unit)
     t_given = t
     missing = np.isnan(U).any(axis=1)
-    kept = ~missing
-    if missing.any():
-        if not kept.any():
-            raise ValueError("every time point has a missing (NaN or masked) entry")
-        if warn:
+    if missing.all():
+        raise ValueError("every time point has a missing (NaN or masked) entry")
+    if missing.any() and warn:
+        warnings.warn(
+            f"{int(missing.sum())} of {t.size} time points have missing (NaN or masked) "
+            "entries and are left out: the weak form needs every state at a time point",
+            MissingDataWarning,
+            stacklevel=3,
+        )
+    if undefined is not None:
+        outside, what = undefined(t, np.where(missing[:, None], 1.0, U))
+        outside &= ~missing
+        if outside.all():
+            raise ValueError(f"the model's terms {what} are undefined at every time point")
+        if outside.any() and warn:
             warnings.warn(
-                f"{int(missing.sum())} of {t.size} time points have missing (NaN or masked) "
-                "entries and are left out: the weak form needs every state at a time point",
+                f"{int(outside.sum())} of {t.size} time points lie outside the domain of the "
+                f"model's terms {what} (at t = {_first_times(t[outside])}) and are left out "
+                "as missing entries are",
                 MissingDataWarning,
                 stacklevel=3,
             )
+        missing = missing | outside
+    kept = ~missing
+    if missing.any():
         t, U = t[kept], U[kept]
     return ObservedData(t, U, kept, t_given, origin, unit)
+
+
+def _first_times(t: np.ndarray, n: int = 5) -> str:
+    shown = ", ".join(f"{x:g}" for x in t[:n])
+    return shown + (", ..." if t.size > n else "")
 
 
 class InitialState(NamedTuple):

@@ -22,12 +22,13 @@ and several observed states among unobserved ones.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import sympy as sp
 from scipy import optimize
 
+from pymc_wendy.model.elimination import eliminate
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
@@ -117,10 +118,11 @@ class InputOutput:
         latent model's and their derivatives (named ``name_d1``, ...) where they enter.
     latent : ODEModel
         The model it was derived from (for forward solves and predictions).
-    observed : str
-        The observed state.
-    characteristic : sympy.Expr
-        ``det(sI - A(p))`` in ``s`` and the parameters' names.
+    observed : str or tuple of str
+        The observed state (the observed states, when several: a nonlinear model's).
+    characteristic : sympy.Expr or None
+        ``det(sI - A(p))`` in ``s`` and the parameters' names; None for a nonlinear model
+        (:mod:`~pymc_wendy.model.elimination`).
     numerators : dict
         Input name to ``e_j' adj(sI - A) B_i`` (a polynomial in ``s``).
     derivative_inputs : dict
@@ -128,15 +130,22 @@ class InputOutput:
     coefficients : tuple of sympy.Expr
         Every coefficient of the equation (``c_0 .. c_{D-1}``, then the inputs'), in the
         internal parameter symbols ``p0, p1, ...``: what the data can determine.
+    hidden : dict
+        A nonlinear model's eliminated state to its expression in the observed states and
+        their derivatives (``V'`` is the derivative of ``V``).
+    dropped : tuple of str
+        Hidden states no observed state depends on, dropped with their equations.
     """
 
     model: ODEModel
     latent: ODEModel
-    observed: str
-    characteristic: sp.Expr
+    observed: str | tuple[str, ...]
+    characteristic: sp.Expr | None
     numerators: dict
     derivative_inputs: dict
     coefficients: tuple = ()
+    hidden: dict = field(default_factory=dict)
+    dropped: tuple[str, ...] = ()
 
     def equivalent(self, p, *, n_starts: int = 64, seed: int = 0) -> np.ndarray:
         """Parameter vectors with the same equation as ``p``: the same observed curve for any
@@ -212,6 +221,18 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
     """
     if not isinstance(model, ODEModel):
         raise TypeError(f"model must be an ODEModel; got {type(model).__name__}")
+    if _nonlinear(model, observed):
+        found = eliminate(model, observed)
+        return InputOutput(
+            model=found.model,
+            latent=model,
+            observed=found.observed[0] if len(found.observed) == 1 else found.observed,
+            characteristic=None,
+            numerators={},
+            derivative_inputs={},
+            hidden=found.hidden,
+            dropped=found.dropped,
+        )
     name = _observed_state(model, observed)
     j = model.states.index(name)
     A, B = _linear_system(model)
@@ -241,6 +262,20 @@ def input_output(model: ODEModel, observed: str | Sequence[str]) -> InputOutput:
         derivative_inputs=derivative_inputs,
         coefficients=tuple(coeffs) + tuple(c for _, c in terms),
     )
+
+
+def _nonlinear(model: ODEModel, observed) -> bool:
+    """Whether ``model`` goes to :func:`~.elimination.eliminate`: a first-order model without
+    inputs that is not ``x' = A(p) x`` (nonlinear, or with constant terms), or several
+    observed states."""
+    if model.inputs or model.has_operator_terms or model.transform is not None:
+        return False
+    several = not isinstance(observed, str) and len(observed) > 1
+    u, params = sp.Matrix(model.symbols.u), set(model.symbols.p)
+    exprs = sp.Matrix(model.full_expressions)
+    A = exprs.jacobian(u)
+    linear = all(sp.sympify(a).free_symbols <= params for a in A)
+    return several or not linear or any(sp.simplify(e) != 0 for e in exprs - A * u)
 
 
 def _check_parameters_remain(model: ODEModel, name: str, coefficients) -> None:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import sympy as sp
 
-__all__ = ["TotalDerivative", "derivative", "explicit", "split"]
+__all__ = ["TotalDerivative", "derivative", "domain_check", "explicit", "split", "undefined_rows"]
 
 
 class TotalDerivative(sp.Function):
@@ -128,7 +129,9 @@ def split(
             )
         terms[k] = terms.get(k, sp.Integer(0)) + coeff * G
     rest = expr.xreplace({atom: 0 for atom in atoms}) if atoms else expr
-    return rest, {k: G for k, G in terms.items() if sp.expand(G) != 0}
+    # a part free of the states is constant in time: its derivative is 0
+    terms = {k: sp.expand(G).as_independent(*states, as_Add=True)[1] for k, G in terms.items()}
+    return rest, {k: G for k, G in terms.items() if G != 0}
 
 
 def explicit(expr: sp.Expr, chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symbol) -> sp.Expr:
@@ -159,3 +162,36 @@ def explicit(expr: sp.Expr, chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symb
 
     atoms = expr.atoms(TotalDerivative)
     return expr.xreplace({a: expand(a) for a in atoms}) if atoms else expr
+
+
+def undefined_rows(model, t: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, str]:
+    """Rows of the data where a total derivative term of ``model`` is undefined (``log I`` at
+    ``I <= 0``), and the terms' expressions for a message.
+
+    A term's domain may depend on the parameters; it is evaluated at two generic parameter
+    points (uniform in 0.5-2), and a row counts when the term is not finite at both: the
+    domains of the eliminated equations (:mod:`.elimination`) are the data's
+    (``log I``, ``1/P``), whatever the parameters.
+    """
+    terms = list(model.total_derivative_terms.values())
+    if not terms:
+        return np.zeros(t.size, dtype=bool), ""
+    sym = model.symbols
+    fn = sp.lambdify([sym.t, *sym.u, *sym.p], terms, "numpy")
+    rng = np.random.default_rng(0)
+    bad = np.ones(t.size, dtype=bool)
+    with np.errstate(all="ignore"):
+        for _ in range(2):
+            theta = rng.uniform(0.5, 2.0, model.n_params)
+            vals = fn(t, *U.T, *theta)
+            finite = np.all([np.isfinite(np.broadcast_to(v, t.shape)) for v in vals], axis=0)
+            bad &= ~finite
+    return bad, ", ".join(str(model.named(G)) for G in terms)
+
+
+def domain_check(model) -> Callable | None:
+    """:func:`undefined_rows` of ``model`` as :func:`~pymc_wendy.model.data.as_data` takes it,
+    or None for a model without total derivative terms."""
+    if not getattr(model, "total_derivative_terms", None):
+        return None
+    return lambda t, U: undefined_rows(model, t, U)

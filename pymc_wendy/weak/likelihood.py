@@ -26,6 +26,7 @@ from pymc_wendy.model.doses import discontinuities, jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.observation import as_observation, floored_state, smoothed_state
 from pymc_wendy.model.ode import ODEModel
+from pymc_wendy.model.total_derivative import domain_check
 from pymc_wendy.weak import first_order, kernels, linear_form, operator
 from pymc_wendy.weak.diagnostics import diagnose
 from pymc_wendy.weak.form import WeakForm, form_for
@@ -165,7 +166,7 @@ class WeakLikelihood:
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
         form_cls = form_for(model)
-        data = as_data(t, U, model.states, time_unit=time_unit)
+        data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain_check(model))
         t, U = check_data(data.t, data.U, model.n_states)
         # order > 1: the state and its derivatives (the companion layout) at t0
         self.initial_state = as_initial_state(initial_state, t0, data, model.companion_states)

@@ -26,6 +26,7 @@ from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_start
 from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
+from pymc_wendy.model.input_output import eliminate_hidden
 from pymc_wendy.model.observation import as_observation
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
@@ -213,6 +214,7 @@ def fit(
     start_time = time.perf_counter()
     estimator = registry.get(method)
     _check_sigma(model, sigma)
+    model, U, sigma, eliminated = eliminate_hidden(model, U, sigma, initial_state)
     data = _one_experiment(model, t, U, time_unit)
     # (counts and combined errors carry their own variance: no noise level to estimate)
     auto = (
@@ -262,6 +264,13 @@ def fit(
         )
     res = estimator.run(problem)
     assess(res, problem.bounds)
+    if eliminated is not None:
+        res.history["hidden"] = {
+            "states": [s for s in eliminated.latent.states if s not in eliminated.model.states],
+            "expressions": dict(eliminated.hidden),
+            "dropped": list(eliminated.dropped),
+            "model": eliminated.model,
+        }
     if data is not None:
         res.time_origin, res.time_unit = data.origin, data.time_unit
     if not res.success:

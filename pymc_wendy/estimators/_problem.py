@@ -21,7 +21,6 @@ from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.observation import Normal, as_observation
 from pymc_wendy.model.ode import ODEModel
-from pymc_wendy.model.total_derivative import domain_check
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 from pymc_wendy.weak.likelihood import WeakLikelihood
@@ -414,7 +413,7 @@ def _checked_data(model: ODEModel, t, U, noise, sigma, time_unit=None, inputs=No
     """Validated data, noise level and inputs, for estimators that need no weak
     likelihood."""
     log = as_observation(noise).log_scale  # a name that prepare's _forward_noise passed
-    data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain_check(model))
+    data = as_data(t, U, model.states, time_unit=time_unit)
     t, U = check_data(data.t, data.U, model.n_states)
     if log:
         check_positive_data(t, U, model.states)

@@ -16,6 +16,10 @@ Every entry point (:func:`~pymc_wendy.fit`, :class:`~pymc_wendy.WeakLikelihood`,
   weak form evaluates the right-hand side ``f(u(t_m))`` at each time point, which needs every
   state there, so a time point with any missing entry is left out (a :class:`MissingDataWarning`
   says how many) and the others form a non-uniform grid. Infinite values stay an error.
+* **Hidden states.** A state never measured is a column of NaN, or a column a DataFrame
+  (a coordinate value a DataArray) does not have: :func:`hidden_states` names them and
+  :func:`observed_part` keeps the other columns, for the equations of the observed states
+  (:func:`~pymc_wendy.input_output`).
 * **Known initial states.** :func:`as_initial_state` reads the state at a known time ``t0``
   (a dose given at time 0, a count known at the start): values in the state order or by
   name, ``t0`` in the units of the time axis (a datetime for a datetime axis).
@@ -41,6 +45,8 @@ __all__ = [
     "as_data",
     "as_initial_state",
     "as_times",
+    "hidden_states",
+    "observed_part",
     "time_labels",
 ]
 
@@ -247,6 +253,67 @@ def _labelled(U, t, states: Sequence[str]):
     if isinstance(U, np.ma.MaskedArray):
         return np.ma.filled(U.astype(float), np.nan), t
     return U, t
+
+
+def hidden_states(U: Any, states: Sequence[str]) -> tuple[str, ...]:
+    """The states ``U`` never measures: all-NaN (or all-masked) columns of an array of one
+    column per state, the states a labelled DataFrame or DataArray lacks (or holds only
+    NaN for). Empty when every state has a value somewhere; anything unreadable is left
+    for :func:`as_data` to report."""
+    states = list(states)
+    names = _state_labels(U, states)
+    try:
+        if names is not None:
+            present = set(names)
+            values = {n: np.asarray(_column(U, n), dtype=float) for n in names if n in states}
+            return tuple(s for s in states if s not in present or np.all(np.isnan(values[s])))
+        if isinstance(U, np.ma.MaskedArray):
+            U = np.ma.filled(U.astype(float), np.nan)
+        A = np.asarray(U, dtype=float)
+    except (TypeError, ValueError):
+        return ()
+    if A.ndim != 2 or A.shape[1] != len(states) or A.shape[0] == 0:
+        return ()
+    return tuple(s for s, col in zip(states, A.T, strict=True) if np.all(np.isnan(col)))
+
+
+def _state_labels(U: Any, states: Sequence[str]) -> list[str] | None:
+    """The state names of a labelled ``U`` whose labels are all state names; None otherwise."""
+    if _is_pandas(U, "DataFrame"):
+        labels = [str(c) for c in U.columns]
+    elif _is_dataarray(U) and U.ndim == 2:
+        dims = [
+            d for d in U.dims if d in U.coords and set(map(str, U[d].to_numpy())) <= set(states)
+        ]
+        if len(dims) != 1:
+            return None
+        labels = [str(v) for v in U[dims[0]].to_numpy()]
+    else:
+        return None
+    return labels if labels and set(labels) <= set(states) else None
+
+
+def _column(U: Any, name: str):
+    if _is_pandas(U, "DataFrame"):
+        return U[[c for c in U.columns if str(c) == name][0]].to_numpy(dtype=float, na_value=np.nan)
+    dim = next(d for d in U.dims if d in U.coords and name in set(map(str, U[d].to_numpy())))
+    return U.sel({dim: name}).to_numpy()
+
+
+def observed_part(U: Any, states: Sequence[str], observed: Sequence[str]) -> Any:
+    """``U`` restricted to the ``observed`` states (labels kept: a DataFrame's columns, a
+    DataArray's state coordinate, an array's columns in ``states`` order)."""
+    if _is_pandas(U, "DataFrame"):
+        return U[[c for c in U.columns if str(c) in observed]]
+    if _is_dataarray(U):
+        dim = next(
+            d for d in U.dims if d in U.coords and set(observed) <= set(map(str, U[d].to_numpy()))
+        )
+        return U.sel({dim: list(observed)})
+    idx = [list(states).index(s) for s in observed]
+    if isinstance(U, np.ma.MaskedArray):
+        return U[:, idx]
+    return np.asarray(U, dtype=float)[:, idx]
 
 
 def as_data(

@@ -28,11 +28,18 @@ import numpy as np
 import sympy as sp
 from scipy import optimize
 
+from pymc_wendy.model.data import hidden_states, observed_part
 from pymc_wendy.model.elimination import eliminate
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
 
-__all__ = ["DerivativeInput", "InputOutput", "forward_system", "input_output"]
+__all__ = [
+    "DerivativeInput",
+    "InputOutput",
+    "eliminate_hidden",
+    "forward_system",
+    "input_output",
+]
 
 
 class DerivativeInput(Input):
@@ -386,3 +393,34 @@ def _check_observable(model: ODEModel, A: sp.Matrix, j: int) -> None:
             f"observability matrix has rank {max(ranks)} < {D}): the unseen part of the model "
             "cannot be estimated from it; observe another state or remove that part"
         )
+
+
+def eliminate_hidden(model, U, sigma=None, initial_state=None):
+    """``(model, U, sigma, io)`` for data that never measure some states.
+
+    When ``U`` has hidden states (:func:`~pymc_wendy.model.data.hidden_states`: a column
+    of NaN, or one a DataFrame lacks), the model becomes the equations of the observed
+    states (:func:`input_output`, ``io``), ``U`` their columns and a per-state ``sigma``
+    their entries; otherwise everything is returned unchanged with ``io`` None. A known
+    initial state is refused with hidden states: it would fix the observed states'
+    derivatives at ``t0`` through the parameters.
+    """
+    if not isinstance(model, ODEModel):
+        return model, U, sigma, None
+    hidden = hidden_states(U, model.states)
+    if not hidden:
+        return model, U, sigma, None
+    observed = [s for s in model.states if s not in hidden]
+    if not observed:
+        raise ValueError(f"U measures none of the states of {model.name} {list(model.states)}")
+    if initial_state is not None:
+        raise ValueError(
+            f"{model.name}: a known initial state is not taken with hidden states "
+            f"{list(hidden)} (the equations of the observed states would need their "
+            "derivatives at t0, which depend on the parameters); leave it out"
+        )
+    io = input_output(model, observed)
+    if sigma is not None and not isinstance(sigma, str) and np.size(sigma) == model.n_states:
+        keep = [model.states.index(s) for s in observed]
+        sigma = np.asarray(sigma, dtype=float).ravel()[keep]
+    return io.model, observed_part(U, model.states, observed), sigma, io

@@ -625,7 +625,8 @@ class ODEModel:
     def explicit_expressions(self) -> tuple[sp.Expr, ...]:
         """:attr:`full_expressions` with every total derivative expanded by the chain rule in
         the companion states (:func:`~.total_derivative.explicit`): what a forward solve
-        integrates. A ValueError names an implicit equation, which has none."""
+        integrates; implicit equations are solved for their highest derivatives. A ValueError
+        when they cannot be."""
         companion = self._companion_symbols()
         chain, i = {}, 0
         for q in self.orders:
@@ -633,9 +634,7 @@ class ODEModel:
                 chain[companion[i + k]] = companion[i + k + 1] if k < q - 1 else None
             i += q
         try:
-            return tuple(
-                total_derivative.explicit(e, chain, self._t) for e in self.full_expressions
-            )
+            return total_derivative.explicit(self.full_expressions, chain, self._t)
         except ValueError as exc:
             raise ValueError(f"{self.name}: {exc}; it cannot be solved forward") from None
 

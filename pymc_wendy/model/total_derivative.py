@@ -134,24 +134,26 @@ def split(
     return rest, {k: G for k, G in terms.items() if G != 0}
 
 
-def explicit(expr: sp.Expr, chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symbol) -> sp.Expr:
-    """``expr`` with every total derivative expanded by the chain rule.
+def explicit(
+    exprs: Sequence[sp.Expr], chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symbol
+) -> tuple[sp.Expr, ...]:
+    """The right-hand sides ``exprs`` (one per state, each defining that state's highest
+    derivative) with every total derivative expanded by the chain rule.
 
     ``chain`` maps each companion symbol to the symbol of its derivative, or to None for a
-    state's highest derivative (what the equation defines): a term that would need one of
-    those is implicit, a ValueError.
+    state's highest derivative. A term may hold a highest derivative (``(log I)''`` in an
+    equation for ``I''``): the equations are then implicit but linear in the highest
+    derivatives (the chain rule makes every total derivative so), and are solved for them.
+    A ValueError when that linear system is singular at a generic point.
     """
+    tops = [sp.Dummy(f"top{i}") for i, nxt in enumerate(chain.values()) if nxt is None]
+    top_of = dict(zip([s for s, nxt in chain.items() if nxt is None], tops, strict=True))
 
     def d_dt(e: sp.Expr) -> sp.Expr:
         out = sp.diff(e, t)
         for sym in e.free_symbols & set(chain):
             nxt = chain[sym]
-            if nxt is None:
-                raise ValueError(
-                    "an equation whose highest derivative sits inside a total derivative "
-                    "term is implicit and has no explicit right-hand side"
-                )
-            out += sp.diff(e, sym) * nxt
+            out += sp.diff(e, sym) * (top_of[sym] if nxt is None else nxt)
         return out
 
     def expand(atom: TotalDerivative) -> sp.Expr:
@@ -160,8 +162,20 @@ def explicit(expr: sp.Expr, chain: dict[sp.Symbol, sp.Symbol | None], t: sp.Symb
             G = d_dt(G)
         return G
 
-    atoms = expr.atoms(TotalDerivative)
-    return expr.xreplace({a: expand(a) for a in atoms}) if atoms else expr
+    out = [e.xreplace({a: expand(a) for a in e.atoms(TotalDerivative)}) for e in exprs]
+    present = [x for x in tops if any(e.has(x) for e in out)]
+    if not present:
+        return tuple(out)
+    # top_d = E_d(tops), linear in the tops: (I - dE/dtops) tops = E(0)
+    E = sp.Matrix(out)
+    X = sp.Matrix(tops)
+    A = sp.eye(len(tops)) - E.jacobian(X)
+    b = E.xreplace({x: 0 for x in tops})
+    if A.has(*tops) or A.det() == 0:
+        raise ValueError(
+            "the equations are implicit in their highest derivatives and cannot be solved for them"
+        )
+    return tuple(sp.simplify(x) for x in A.LUsolve(b))
 
 
 def undefined_rows(model, t: np.ndarray, U: np.ndarray) -> tuple[np.ndarray, str]:

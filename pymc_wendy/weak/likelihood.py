@@ -23,6 +23,7 @@ from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.model.data import as_data, as_initial_state
 from pymc_wendy.model.doses import discontinuities, jump_times
+from pymc_wendy.model.input_output import eliminate_hidden
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.observation import as_observation, floored_state, smoothed_state
 from pymc_wendy.model.ode import ODEModel
@@ -86,7 +87,9 @@ class WeakLikelihood:
     U : array, shape (M+1, D), DataFrame, DataArray or masked array
         Observations, one row per time point. DataFrame columns and DataArray dims are
         matched to the model's states by name; NaN or masked entries are missing and their
-        time points are left out (:func:`pymc_wendy.model.data.as_data`).
+        time points are left out (:func:`pymc_wendy.model.data.as_data`). A state never
+        measured (a column of NaN, or one a DataFrame lacks) is hidden: the likelihood is
+        that of the equations of the observed states (:func:`~pymc_wendy.input_output`).
     noise : {"normal", "lognormal"}
         Additive Gaussian noise, or multiplicative log-normal noise (all data must be > 0).
     sigma : float or array of shape (D,), optional
@@ -139,6 +142,10 @@ class WeakLikelihood:
     initial_state : InitialState or None
         The known initial state (``t0``, ``u0``), if any. ``t``, ``U`` and ``X`` hold the
         observations only; the form's grid (``form.t``, ``form.X``) starts at ``t0``.
+    eliminated : InputOutput or None
+        With hidden states: the equations of the observed states, which ``model`` then is
+        (``eliminated.latent`` is the model given, ``eliminated.hidden`` the hidden states'
+        expressions); None otherwise.
     """
 
     def __init__(
@@ -165,6 +172,8 @@ class WeakLikelihood:
             raise ValueError(f"ridge must be in [0, 1); got {ridge}")
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
+        # states the data never measure: the equations of the observed ones instead
+        model, U, sigma, self.eliminated = eliminate_hidden(model, U, sigma, initial_state)
         form_cls = form_for(model)
         data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain_check(model))
         t, U = check_data(data.t, data.U, model.n_states)

@@ -1,0 +1,217 @@
+"""Hidden states of nonlinear models (issue 57) and total derivative terms: the equations of
+the observed states (derivation, forward solves against the full model, identifiability),
+the weak likelihood of total derivative terms (gradient and Hessian against finite
+differences), recovery from simulated data, and the data path (NaN column, DataFrame)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import central_differences
+
+import pymc_wendy as pw
+from pymc_wendy.model.data import MissingDataWarning
+from pymc_wendy.model.ode import ODEDefinitionError
+
+SIR = pw.get_problem("sir")
+
+
+def _fhn(t, u, p):
+    # FitzHugh-Nagumo as MAGI writes it (Yang, Wong and Kou 2021): identifiable from V alone
+    V, R = u
+    a, b, c = p
+    return [c * (V - V**3 / 3 + R), -(V - a + b * R) / c]
+
+
+FHN = pw.ODEModel(_fhn, states=["V", "R"], params=["a", "b", "c"], name="fhn")
+FHN_P, FHN_U0 = np.array([0.2, 0.2, 3.0]), np.array([-1.0, 1.0])
+
+
+def _hes1(t, u, p):
+    P, M, H = u
+    a, b, c, d, e, f, g = p
+    return [
+        -a * P * H + b * M - c * P,
+        -d * M + e / (1 + P**2),
+        -a * P * H + f / (1 + P**2) - g * H,
+    ]
+
+
+HES1 = pw.ODEModel(_hes1, states=["P", "M", "H"], params=list("abcdefg"), name="hes1")
+HES1_P = np.array([0.022, 0.3, 0.031, 0.028, 0.5, 20.0, 0.3])
+HES1_U0 = np.array([1.439, 2.037, 17.904])
+
+
+def _vdp(t, u, p):
+    return [p[0] * pw.derivative(u[0] - u[0] ** 3 / 3) - p[1] * u[0]]
+
+
+VDP = pw.ODEModel(_vdp, states=["x"], params=["mu", "k"], order=2, name="vdp")
+
+
+def _fhn_data(n=201, noise=0.05, seed=0):
+    t = np.linspace(0.0, 20.0, n)
+    V = pw.solve(FHN, FHN_P, FHN_U0, t)[:, 0]
+    rng = np.random.default_rng(seed)
+    return t, V + noise * np.std(V) * rng.standard_normal(n)
+
+
+# --- the equations -------------------------------------------------------------------------
+
+
+def test_sir_in_I_is_the_known_equation():
+    io = pw.input_output(SIR.model, "I")
+    assert io.model.states == ("I",) and io.model.orders == (2,)
+    assert io.dropped == ("R",) and set(io.hidden) == {"S"}
+    # (log I)'' = -beta I' - beta gamma I: forward solutions of the equation and of the full
+    # model (from the same S0, I0: I'(0) = beta S0 I0 - gamma I0) agree
+    beta, gamma = SIR.p_true
+    S0, I0 = SIR.u0[:2]
+    t = np.linspace(0.0, 60.0, 121)
+    full = pw.solve(SIR.model, SIR.p_true, SIR.u0, t)[:, 1]
+    eq = pw.solve(io.model, SIR.p_true, [I0, beta * S0 * I0 - gamma * I0], t)[:, 0]
+    np.testing.assert_allclose(eq, full, rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("model", "p", "u0", "observed", "span"),
+    [
+        (FHN, FHN_P, FHN_U0, ["V"], 20.0),
+        (HES1, HES1_P, HES1_U0, ["P", "M"], 240.0),
+    ],
+)
+def test_equations_of_the_observed_states_solve_to_the_full_model(model, p, u0, observed, span):
+    io = pw.input_output(model, observed)
+    t = np.linspace(0.0, span, 201)
+    full = pw.solve(model, p, u0, t)
+    # the companion state at t0: each observed state, and the raised one's derivative
+    obs = [model.states.index(s) for s in observed]
+    rhs0 = model(0.0, u0, p)
+    x0 = []
+    for s, q in zip(obs, io.model.orders, strict=True):
+        x0 += [u0[s]] + ([rhs0[s]] if q == 2 else [])
+    eq = pw.solve(io.model, p, x0, t)[:, io.model.observed_columns]
+    np.testing.assert_allclose(eq, full[:, obs], rtol=1e-6, atol=1e-9 * np.abs(full).max())
+
+
+def test_unidentifiable_parameters_are_named():
+    # the catalogue's FitzHugh-Nagumo in v alone: a rescaling of w moves p3, p4, p5 together
+    fhn = pw.get_problem("fitzhugh_nagumo").model
+    with pytest.raises(ValueError, match=r"only 5 combinations of the 6.*'p3', 'p4', 'p5'"):
+        pw.input_output(fhn, "v")
+
+
+def test_what_the_substitution_cannot_do_is_refused():
+    goodwin = pw.ODEModel(
+        lambda t, u, p: [p[0] / (1 + u[2] ** 10) - p[1] * u[0], u[0] - p[2] * u[1], u[1] - u[2]],
+        states=["x", "y", "z"],
+        params=["a", "b", "c"],
+    )
+    with pytest.raises(ValueError, match="depend on 2 hidden states"):
+        pw.input_output(goodwin, "x")
+    nonaffine = pw.ODEModel(
+        lambda t, u, p: [p[0] * u[1] ** 2 - u[0], -p[1] * u[1]],
+        states=["x", "h"],
+        params=["a", "b"],
+    )
+    with pytest.raises(ValueError, match="gives the hidden state 'h' by substitution"):
+        pw.input_output(nonaffine, "x")
+
+
+# --- total derivative terms ----------------------------------------------------------------
+
+
+def test_total_derivative_terms_are_split_and_checked():
+    assert VDP.total_derivative_terms and not VDP.is_linear_in_states
+    assert VDP.is_linear_in_params
+    # a total derivative of a linear expression is an ordinary derivative term
+    lin = pw.ODEModel(
+        lambda t, u, p: [p[0] * pw.derivative(2 * u[0]) - u[0]], ["x"], ["c"], order=2
+    )
+    assert not lin.total_derivative_terms and lin.derivative_terms
+    with pytest.raises(ODEDefinitionError, match="coefficient of the parameters alone"):
+        pw.ODEModel(lambda t, u, p: [p[0] * u[0] * pw.derivative(u[0] ** 2)], ["x"], ["c"], order=2)
+    with pytest.raises(ODEDefinitionError, match="above the equation's order"):
+        pw.ODEModel(lambda t, u, p: [p[0] * pw.derivative(u[0] ** 2, 3)], ["x"], ["c"], order=2)
+
+
+def test_total_derivative_gradient_and_hessian_against_finite_differences():
+    t, V = _fhn_data(n=161, seed=3)
+    io = pw.input_output(FHN, "V")
+    lik = pw.WeakLikelihood(io.model, t, V)
+    p = FHN_P * np.array([1.1, 0.9, 1.05])
+    _, g = lik.nll_grad(p)
+    fd = central_differences(lik.nll, p, 1e-6, floor=0.0)
+    np.testing.assert_allclose(g, fd, rtol=1e-5, atol=1e-6 * np.abs(g).max())
+    H = lik.hessian(p)
+    Hfd = central_differences(lambda q: lik.nll_grad(q)[1], p, 1e-6, floor=0.0).T
+    np.testing.assert_allclose(H, Hfd, rtol=1e-5, atol=1e-6 * np.abs(H).max())
+    s = float(lik.sigma[0])
+    _, _, gs = lik.nll_grad_sigma2(p, s)
+    hs = 1e-4 * s**2
+    fd_s = (lik.nll(p, np.sqrt(s**2 + hs)) - lik.nll(p, np.sqrt(s**2 - hs))) / (2 * hs)
+    assert gs[0] == pytest.approx(fd_s, rel=1e-5)
+
+
+def test_van_der_pol_in_second_order_form_is_recovered():
+    t = np.linspace(0.0, 20.0, 401)
+    p = np.array([1.0, 1.0])
+    x = pw.solve(VDP, p, [2.0, 0.0], t)[:, :1]
+    rng = np.random.default_rng(0)
+    res = pw.fit(VDP, t, x + 0.02 * rng.standard_normal(x.shape))
+    assert res.success
+    assert np.all(np.abs(res.x - p) < 4 * res.stderr)
+
+
+# --- recovery and the data path ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_fitzhugh_nagumo_from_the_voltage_alone(seed):
+    t, V = _fhn_data(seed=seed)
+    U = np.column_stack([V, np.full_like(V, np.nan)])
+    res = pw.fit(FHN, t, U, p0=[0.3, 0.3, 2.0])
+    assert res.success
+    assert res.history["hidden"]["states"] == ["R"]
+    assert np.all(np.abs(res.x - FHN_P) < 4 * res.stderr)
+    assert np.all(res.stderr < 0.2 * np.abs(FHN_P))
+
+
+def test_sir_from_I_alone_nan_columns_and_dataframe_agree():
+    d = SIR.simulate(noise_ratio=0.05, seed=1)
+    U = d.U.copy()
+    U[:, [0, 2]] = np.nan
+    with warnings.catch_warnings():
+        # the tail where I <= 0 lies outside the domain of log I
+        warnings.simplefilter("ignore", MissingDataWarning)
+        res = pw.fit(SIR.model, d.t, U, bounds=SIR.bounds)
+        frame = pw.fit(
+            SIR.model, None, pd.DataFrame({"I": d.U[:, 1]}, index=d.t), bounds=SIR.bounds
+        )
+    np.testing.assert_array_equal(res.x, frame.x)
+    assert res.success and res.history["hidden"]["dropped"] == ["R"]
+    assert np.all(np.abs(res.x - SIR.p_true) < 4 * res.stderr)
+
+
+def test_rows_outside_the_equations_domain_are_left_out_with_a_warning():
+    d = SIR.simulate(noise_ratio=0.05, seed=1)
+    io = pw.input_output(SIR.model, "I")
+    I = d.U[:, [1]]
+    with pytest.warns(
+        MissingDataWarning, match=r"outside the domain of the model's terms.*log\(I\)"
+    ):
+        lik = pw.WeakLikelihood(io.model, d.t, I)
+    assert lik.t.size == np.sum(I[:, 0] > 0)
+
+
+def test_hidden_states_refuse_a_known_initial_state_and_no_observed_state():
+    d = SIR.simulate(noise_ratio=0.05, seed=1)
+    U = d.U.copy()
+    U[:, 0] = np.nan
+    with pytest.raises(ValueError, match="known initial state is not taken with hidden states"):
+        pw.fit(SIR.model, d.t, U, initial_state=SIR.u0, bounds=SIR.bounds)
+    with pytest.raises(ValueError, match="measures none of the states"):
+        pw.WeakLikelihood(SIR.model, d.t, np.full_like(d.U, np.nan))

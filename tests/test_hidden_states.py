@@ -215,3 +215,22 @@ def test_hidden_states_refuse_a_known_initial_state_and_no_observed_state():
         pw.fit(SIR.model, d.t, U, initial_state=SIR.u0, bounds=SIR.bounds)
     with pytest.raises(ValueError, match="measures none of the states"):
         pw.WeakLikelihood(SIR.model, d.t, np.full_like(d.U, np.nan))
+
+
+@pytest.mark.parametrize("infer_sigma", [False, True])
+def test_compiled_kernel_of_total_derivative_terms_matches_numpy(infer_sigma):
+    from pymc_wendy.backends import kernel_cache
+
+    t, V = _fhn_data(n=121, seed=4)
+    lik = pw.WeakLikelihood(pw.input_output(FHN, "V").model, t, V)
+    q = FHN_P * np.array([1.05, 0.95, 1.02])
+    s2 = np.array([1.3 * float(lik.sigma[0]) ** 2])
+    kernel = kernel_cache.make_kernel(lik, infer_sigma=infer_sigma, want_grad=True)
+    value, gp, gs = kernel(q, s2 if infer_sigma else np.zeros(0), 0.0)
+    if infer_sigma:
+        ref, ref_gp, ref_gs = lik.nll_grad_sigma2(q, np.sqrt(s2))
+        np.testing.assert_allclose(gs, ref_gs, rtol=1e-8)
+    else:
+        ref, ref_gp = lik.nll_grad(q)
+    assert value == pytest.approx(ref, rel=1e-11)
+    np.testing.assert_allclose(gp, ref_gp, rtol=1e-8, atol=1e-10 * np.abs(ref_gp).max())

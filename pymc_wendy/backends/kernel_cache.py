@@ -82,7 +82,10 @@ def terms_size(lik, kind: str, *, want_grad: bool) -> int:
     J = lik.model.n_params
     size = M1 * D * (1 + D + ((1 + D) * J if want_grad else 0))
     names = ("C", "beta", "C_p", "beta_p") if want_grad else ("C", "beta")
-    return size + sum(int(np.prod(spec.shapes[name])) for name in names if name in spec.shapes)
+    size += sum(int(np.prod(spec.shapes[name])) for name in names if name in spec.shapes)
+    # the total derivative terms' functions, at every time point
+    totals = ("total_f", "total_f_u", "total_f_p", "total_f_up")[: 4 if want_grad else 2]
+    return size + sum(M1 * int(np.prod(spec.shapes[n])) for n in totals if n in spec.shapes)
 
 
 def make_kernel(

@@ -38,7 +38,9 @@ from pymc_wendy.backends import numba_kernels as nk
 WANT_GRAD = True
 f = f_u = f_p = f_up = None  # the model's right-hand side and its derivatives
 c_fn = b_fn = cp_fn = bp_fn = None  # operator form: C(p), beta(p) and their derivatives
+t_f = t_fu = t_fp = t_fup = None  # operator form: the total derivative terms' functions
 SHAPE_C = SHAPE_BETA = SHAPE_C_P = SHAPE_BETA_P = ()
+SHAPE_TF = SHAPE_TFU = SHAPE_TFP = SHAPE_TFUP = ()
 kernel = None  # the ``*_kernel`` function of the module's kind
 terms = None  # the ``*_terms`` function of the module's kind
 
@@ -97,13 +99,21 @@ def banded_terms(p, buf, out):
 
 
 def operator_terms(p, buf, out):
-    """:func:`model_terms`, then ``C``, ``beta`` and, for a gradient, their derivatives;
+    """:func:`model_terms`, the total derivative terms' functions (the same four, stacked
+    after the time axis), then ``C``, ``beta`` and, for a gradient, their derivatives;
     returns the number of entries written."""
     o = nk.offsets(buf)
     p = np.ascontiguousarray(p)
-    n = model_terms(nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1), p, out)
+    t, X = nk.unpack1(buf, o, 0), nk.unpack2(buf, o, 1)
+    n = model_terms(t, X, p, out)
+    M1 = t.size
+    parts = [t_f(t, X, p, np.zeros((M1,) + SHAPE_TF)).ravel()]
+    parts.append(t_fu(t, X, p, np.zeros((M1,) + SHAPE_TFU)).ravel())
+    if WANT_GRAD:
+        parts.append(t_fp(t, X, p, np.zeros((M1,) + SHAPE_TFP)).ravel())
+        parts.append(t_fup(t, X, p, np.zeros((M1,) + SHAPE_TFUP)).ravel())
     zt, zu = np.zeros(1), np.zeros((1, 0))
-    parts = [c_fn(zt, zu, p, np.zeros((1,) + SHAPE_C)).ravel()]
+    parts.append(c_fn(zt, zu, p, np.zeros((1,) + SHAPE_C)).ravel())
     parts.append(b_fn(zt, zu, p, np.zeros((1,) + SHAPE_BETA)).ravel())
     if WANT_GRAD:
         parts.append(cp_fn(zt, zu, p, np.zeros((1,) + SHAPE_C_P)).ravel())
@@ -202,16 +212,29 @@ def operator_kernel(p, sigma2, alpha, buf, terms, flags):
     """Models with derivative terms or inputs (:class:`~pymc_wendy.weak.operator.OperatorForm`)."""
     infer_sigma, want_grad, logdet = nk.flag_bits(flags)
     o = nk.offsets(buf)
-    X, phi = nk.unpack2(buf, o, 1), nk.unpack2(buf, o, 2)
+    X, pw = nk.unpack2(buf, o, 1), nk.unpack3(buf, o, 2)
     ops, OX, Psi = nk.unpack3(buf, o, 3), nk.unpack3(buf, o, 4), nk.unpack2(buf, o, 5)
     W, fixed_s2 = nk.unpack2(buf, o, 6), nk.unpack1(buf, o, 7)
     tilt, ref, scalars = nk.unpack1(buf, o, 8), nk.unpack1(buf, o, 9), nk.unpack1(buf, o, 10)
-    shapes = nk.unpack_index(buf, o, 11)  # C (Q, D, D) and beta (D, inputs)
+    shapes = nk.unpack_index(buf, o, 11)  # C (Q, D, D), beta (D, inputs), total terms P
     offset = scalars[2]
     p = np.ascontiguousarray(p)
     J = p.size
-    F, Ju, Jp, Jup, n = nk.split_terms(terms, X.shape[0], X.shape[1], J, want_grad)
-    Q, D, n_in = shapes[0], shapes[1], shapes[4]
+    M1 = X.shape[0]
+    F, Ju, Jp, Jup, n = nk.split_terms(terms, M1, X.shape[1], J, want_grad)
+    Q, D, n_in, P = shapes[0], shapes[1], shapes[4], shapes[5]
+    F = nk.stacked(F, terms[n : n + M1 * P * D].reshape((M1, P, D)))
+    n += M1 * P * D
+    Ju = nk.stacked(Ju, terms[n : n + M1 * P * D * D].reshape((M1, P, D, D)))
+    n += M1 * P * D * D
+    if want_grad:
+        Jp = nk.stacked(Jp, terms[n : n + M1 * P * D * J].reshape((M1, P, D, J)))
+        n += M1 * P * D * J
+        Jup = nk.stacked(Jup, terms[n : n + M1 * P * D * D * J].reshape((M1, P, D, D, J)))
+        n += M1 * P * D * D * J
+    else:
+        Jp = np.zeros((1 + P, 0, D, J))
+        Jup = np.zeros((1 + P, 0, D, D, J))
     Cq = terms[n : n + Q * D * D].reshape((Q, D, D))
     n += Q * D * D
     beta = terms[n : n + D * n_in].reshape((D, n_in))
@@ -225,7 +248,7 @@ def operator_kernel(p, sigma2, alpha, buf, terms, flags):
         bp = np.zeros((D, n_in, J))
     s2, scale, diag = noise_terms(sigma2, fixed_s2, alpha, scalars, infer_sigma)
     nll, gp, gs = nk.operator(
-        phi, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, want_grad,
+        pw, ops, OX, Psi, F, Ju, Jp, Jup, Cq, beta, Cp, bp, s2, W, scale, diag, want_grad,
         logdet,
     )  # fmt: skip
     if not logdet:
@@ -272,6 +295,10 @@ TEMPLATES = {
             "b_fn": "beta",
             "cp_fn": "C_p",
             "bp_fn": "beta_p",
+            "t_f": "total_f",
+            "t_fu": "total_f_u",
+            "t_fp": "total_f_p",
+            "t_fup": "total_f_up",
         },
     ),
 }  # fmt: skip
@@ -282,6 +309,10 @@ OPERATOR_SHAPES = {
     "SHAPE_BETA": "beta",
     "SHAPE_C_P": "C_p",
     "SHAPE_BETA_P": "beta_p",
+    "SHAPE_TF": "total_f",
+    "SHAPE_TFU": "total_f_u",
+    "SHAPE_TFP": "total_f_p",
+    "SHAPE_TFUP": "total_f_up",
 }
 
 #: every template's source as imported (:func:`pymc_wendy._codecache.sources`)

@@ -255,16 +255,19 @@ def general(
 
 
 @numba.njit(cache=True)
-def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, scale, diag,
+def operator(pw, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, scale, diag,
              want_grad, logdet=True):  # fmt: skip
     """The general path for models with derivative terms and inputs
-    (:mod:`pymc_wendy.weak.operator_kernels`): ``L = Phi Ju + sum_q C_q Phi^(q)`` and the residual's
-    operator and input part depend on ``p`` through ``C`` and ``beta``; their derivatives
-    ``Cp`` (Q, D, D, J) and ``betap`` (D, I, J) add the terms ``a' db/dp`` and
-    ``<W L Sigma', dC/dp Phi^(q)>`` to the gradient. Arguments otherwise as :func:`general`.
+    (:mod:`pymc_wendy.weak.operator_kernels`): ``L = sum_P Phi_P Ju_P + sum_q C_q Phi^(q)``
+    and the residual's operator and input part depend on ``p`` through ``C`` and ``beta``;
+    their derivatives ``Cp`` (Q, D, D, J) and ``betap`` (D, I, J) add the terms ``a' db/dp``
+    and ``<W L Sigma', dC/dp Phi^(q)>`` to the gradient. The pointwise part is stacked:
+    ``pw`` (P, K, M1) holds ``Phi`` and the operators of the total derivative terms, ``F``
+    (P, M1, D), ``Ju``, ``Jp``, ``Jup`` their functions. Arguments otherwise as
+    :func:`general`.
     """
-    D = F.shape[1]
-    J = Jp.shape[2]
+    D = F.shape[2]
+    J = Jp.shape[3]
     gp = np.zeros(J)
     gs = np.zeros(D)
     if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
@@ -272,30 +275,34 @@ def operator(phi, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, sc
     if not (all_finite(C) and all_finite(beta)):
         return np.inf, gp, gs
     s2 = scale * s2raw
-    r = _operator_residual(phi, F, OX, Psi, C, beta)
-    ok, nll, a, Cf = _covariance_factor(_operator_linearisation(phi, ops, Ju, C, s2, W), r,
+    r = _operator_residual(pw, F, OX, Psi, C, beta)
+    ok, nll, a, Cf = _covariance_factor(_operator_linearisation(pw, ops, Ju, C, s2, W), r,
                                         diag, logdet)  # fmt: skip
     if not ok:
         return np.inf, gp, gs
     if not want_grad:
         return nll, gp, gs
-    _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs)
+    _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs)
     for e in range(D):
         gs[e] *= 0.5 * scale
-    Am = _add_pointwise_score(phi, a, Jp, gp)
+    Am = _add_pointwise_score(pw[0], a, Jp[0], gp)
+    for i in range(1, pw.shape[0]):
+        _add_pointwise_score(pw[i], a, Jp[i], gp)
     _operator_coefficient_gradient(Am, OX, Psi, Cp, betap, gp)
     return nll, gp, gs
 
 
 @numba.njit(cache=True)
-def _operator_residual(phi, F, OX, Psi, C, beta):
-    """The operator path's weak residual (state-major): ``Phi F`` plus the derivative terms'
-    ``sum_q C_q Phi^(q) X`` and the inputs' ``Psi beta'``."""
-    K = phi.shape[0]
-    D = F.shape[1]
+def _operator_residual(pw, F, OX, Psi, C, beta):
+    """The operator path's weak residual (state-major): ``sum_P Phi_P F_P`` plus the
+    derivative terms' ``sum_q C_q Phi^(q) X`` and the inputs' ``Psi beta'``."""
+    K = pw.shape[1]
+    D = F.shape[2]
     Q = OX.shape[0]
     n_in = Psi.shape[1]
-    bm = np.dot(phi, F)
+    bm = np.dot(pw[0], F[0])
+    for i in range(1, pw.shape[0]):
+        bm += np.dot(pw[i], F[i])
     for k in range(K):
         for d in range(D):
             acc = 0.0
@@ -313,11 +320,11 @@ def _operator_residual(phi, F, OX, Psi, C, beta):
 
 
 @numba.njit(cache=True)
-def _operator_linearisation(phi, ops, Ju, C, s2, W):
-    """``L Sigma^1/2`` with ``L = Phi Ju + sum_q C_q Phi^(q)``, stored transposed
+def _operator_linearisation(pw, ops, Ju, C, s2, W):
+    """``L Sigma^1/2`` with ``L = sum_P Phi_P Ju_P + sum_q C_q Phi^(q)``, stored transposed
     (:func:`_covariance_factor`'s layout)."""
-    K, M1 = phi.shape
-    D = Ju.shape[1]
+    P, K, M1 = pw.shape
+    D = Ju.shape[2]
     Q = ops.shape[0]
     LsT = np.empty((D * M1, K * D))
     for e in range(D):
@@ -325,9 +332,10 @@ def _operator_linearisation(phi, ops, Ju, C, s2, W):
             col = e * M1 + m
             se = math.sqrt(s2[e] * W[m, e])
             for d in range(D):
-                g = Ju[m, d, e]
                 for k in range(K):
-                    v = phi[k, m] * g
+                    v = 0.0
+                    for i in range(P):
+                        v += pw[i, k, m] * Ju[i, m, d, e]
                     for q in range(Q):
                         v += C[q, d, e] * ops[q, k, m]
                     LsT[col, d * K + k] = v * se
@@ -365,20 +373,22 @@ def _assign2(dst, src):
 
 
 @numba.njit(cache=True)
-def _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs):
+def _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs):
     """Adds the trace terms ``<W L Sigma', dL/dp>`` to ``gp`` and the unscaled noise-variance
-    gradient to ``gs``, with ``W L = S^-1 L - a (L' a)'`` and ``L = sum_a B_a G_a`` over the
-    bases ``B_0 = Phi`` (coefficients ``G_0 = Ju``) and ``B_q = Phi^(q)`` (``G_q = C_q``):
-    ``S^-1`` enters through :func:`_basis_forms` (``Cf`` is the factor of ``S``, overwritten;
-    unused without ``logdet``, where ``W = -a a'``)."""
-    K, M1 = phi.shape
-    D = Ju.shape[1]
+    gradient to ``gs``, with ``W L = S^-1 L - a (L' a)'`` and ``L = sum_b B_b G_b`` over the
+    bases ``B_i = pw[i]`` (``Phi`` and the total derivative terms' operators; coefficients
+    ``G_i = Ju[i]`` at each time) and ``B_q = Phi^(q)`` (``G_q = C_q``): ``S^-1`` enters
+    through :func:`_basis_forms` (``Cf`` is the factor of ``S``, overwritten; unused without
+    ``logdet``, where ``W = -a a'``)."""
+    P, K, M1 = pw.shape
+    D = Ju.shape[2]
     J = gp.size
-    A = ops.shape[0] + 1
+    A = ops.shape[0] + P
     basesT = np.empty((A, M1, K))
-    _assign2(basesT[0], phi.T)
-    for q in range(A - 1):
-        _assign2(basesT[q + 1], ops[q].T)
+    for i in range(P):
+        _assign2(basesT[i], pw[i].T)
+    for q in range(A - P):
+        _assign2(basesT[q + P], ops[q].T)
     Am = np.empty((K, D))
     for d in range(D):
         for k in range(K):
@@ -388,11 +398,12 @@ def _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp,
         _assign2(Pa[b], np.dot(basesT[b], Am))
     if logdet:
         Qf = _basis_forms(_inverse(Cf), basesT, D)
-    G = np.empty((A, D, D))  # the coefficients at one time: Ju[m], then the constant C_q
-    for q in range(A - 1):
-        _assign2(G[q + 1], C[q])
+    G = np.empty((A, D, D))  # the coefficients at one time: Ju[i, m], then the constant C_q
+    for q in range(A - P):
+        _assign2(G[q + P], C[q])
     for m in range(M1):
-        _assign2(G[0], Ju[m])
+        for i in range(P):
+            _assign2(G[i], Ju[i, m])
         for e in range(D):
             la = 0.0
             for b in range(A):
@@ -409,7 +420,7 @@ def _operator_trace_gradient(Cf, a, phi, ops, Ju, C, Jup, Cp, s2, W, logdet, gp,
                                 z += Qf[b, c, m, d, f] * G[c, f, e]
                     acc_s += G[b, d, e] * z
                     for j in range(J):
-                        dG = Jup[m, d, e, j] if b == 0 else Cp[b - 1, d, e, j]
+                        dG = Jup[b, m, d, e, j] if b < P else Cp[b - P, d, e, j]
                         gp[j] += sem * z * dG
             gs[e] += W[m, e] * acc_s
 
@@ -614,7 +625,8 @@ def kernel_inputs(
         data = (*spec.arrays, np.asarray(lik.sigma, dtype=float) ** 2)
     extra = ()
     if form is None and "C" in spec.shapes:  # the operator kernel reads C's and beta's shapes
-        extra = (np.array([*spec.shapes["C"], *spec.shapes["beta"]], dtype=float),)
+        totals = spec.shapes["total_f"][0]  # and the number of total derivative terms' orders
+        extra = (np.array([*spec.shapes["C"], *spec.shapes["beta"], totals], dtype=float),)
     return kind, _pack((*data, tilt, ref, scalars, *extra))
 
 
@@ -695,6 +707,25 @@ INFER_SIGMA, WANT_GRADIENT, LOGDET = 1, 2, 4
 def flag_bits(flags):
     """``(infer_sigma, want_grad, logdet)`` of a kernel's ``flags``."""
     return flags & INFER_SIGMA != 0, flags & WANT_GRADIENT != 0, flags & LOGDET != 0
+
+
+@numba.njit(cache=True)
+def stacked(first, rest):
+    """``first`` (M1, ...) and ``rest`` (M1, P, ...) as one stack (1 + P, M1, ...): the
+    pointwise part and the total derivative terms, in the order of the operators."""
+    M1 = first.shape[0]
+    P = rest.shape[1]
+    width = first.size // max(M1, 1)
+    a = first.reshape((M1, width))
+    b = rest.reshape((M1, P, width))
+    out = np.empty((1 + P, M1, width))
+    for m in range(M1):
+        for w in range(width):
+            out[0, m, w] = a[m, w]
+        for i in range(P):
+            for w in range(width):
+                out[1 + i, m, w] = b[m, i, w]
+    return out.reshape((1 + P,) + first.shape)
 
 
 @numba.njit(cache=True)

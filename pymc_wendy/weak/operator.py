@@ -127,12 +127,27 @@ class _TotalTerms:
         arrays["f_pp"] = _derived(arrays["f_p"], p)
         arrays["f_upp"] = _derived(arrays["f_up"], p)
         self.shapes = {w: a.shape for w, a in arrays.items()}
+        self._arrays = arrays
+        self._syms = (t, list(u), list(p))
+        self._numba: dict = {}
         self._fns = {
             w: codegen.generate(
                 f"_total_{w}", codegen.nonzero_entries(a), t=t, u=list(u), p=list(p)
             )
             for w, a in arrays.items()
         }
+
+    def numba_function(self, which: str):
+        """The numba-compiled ``fn(t, U, p, out)`` of ``which``, ``out`` (M+1, P, D, ...)."""
+        fn = self._numba.get(which)
+        if fn is None:
+            import numba  # deferred: only the compiled likelihood needs it
+
+            t, u, p = self._syms
+            entries = codegen.nonzero_entries(self._arrays[which])
+            source = codegen.generate(f"_total_{which}", entries, t=t, u=u, p=p, style="loop")
+            fn = self._numba[which] = numba.njit(source, error_model="numpy")
+        return fn
 
     def evaluate(self, which: str, t: np.ndarray, X: np.ndarray, p: np.ndarray) -> np.ndarray:
         """``which`` at every data row, the stack axis first: ``(len(orders), M+1, D, ...)``."""
@@ -151,10 +166,13 @@ def _derived(a: np.ndarray, symbols) -> np.ndarray:
     return out
 
 
-def _total_terms(model: ODEModel) -> _TotalTerms | None:
-    if not model.total_derivative_terms:
-        return None
+def _all_total_terms(model: ODEModel) -> _TotalTerms:
     return model.cached(("operator", "total_terms"), _TotalTerms)
+
+
+def _total_terms(model: ODEModel) -> _TotalTerms | None:
+    """The model's :class:`_TotalTerms`, or None without total derivative terms."""
+    return _all_total_terms(model) if model.total_derivative_terms else None
 
 
 def default_test_functions(t: np.ndarray, X: np.ndarray, model: ODEModel, **where) -> TestFunctions:
@@ -320,13 +338,10 @@ class OperatorForm(WeakForm):
 
     def kernel_spec(self) -> KernelSpec:
         model, coeff, d = self.model, self.coefficients, self.data
-        if self.totals is not None:
-            raise ValueError(
-                f"{model.name}: the compiled likelihood (the Op under the numba linker, nutpie) "
-                "does not take total derivative terms yet; WeakLikelihood, pw.fit and the "
-                "Python Op (PyTensor's C or Python linker) do"
-            )
+        totals = _all_total_terms(model)  # none: empty functions, one kernel for both
         fns = {w: model.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
         fns |= {w: coeff.numba_function(w) for w in ("C", "beta", "C_p", "beta_p")}
-        arrays = (self.t, self.X, d.phi, d.ops, d.OX, d.Psi, self.weights_or_ones())
-        return KernelSpec(self.kind, arrays, fns, dict(coeff.shapes))
+        fns |= {f"total_{w}": totals.numba_function(w) for w in ("f", "f_u", "f_p", "f_up")}
+        shapes = dict(coeff.shapes) | {f"total_{w}": s for w, s in totals.shapes.items()}
+        arrays = (self.t, self.X, d.pointwise, d.ops, d.OX, d.Psi, self.weights_or_ones())
+        return KernelSpec(self.kind, arrays, fns, shapes)

@@ -233,6 +233,21 @@ def _add_total_derivative(d, k, G, u, params, linear: dict, nonlinear: dict) -> 
     nonlinear[(d, k)] = G
 
 
+def _first_order_system(model: ODEModel) -> ODEModel:
+    """:meth:`ODEModel.first_order_system` (built once per model structure)."""
+    companion = model._companion_symbols()
+    states = [sp.Symbol(f"u{i}", real=True) for i in range(len(companion))]
+    rename = dict(zip(companion, states, strict=True))
+    exprs, i = [], 0
+    for d, q in enumerate(model.orders):
+        exprs += states[i + 1 : i + q]
+        exprs.append(model.explicit_expressions[d].xreplace(rename))
+        i += q
+    states_named = [n.replace("'", "_d") for n in model.companion_states]
+    system = ODEModel.from_expressions(exprs, states_named, model.params, name=model.name)
+    return system
+
+
 # --- the model -----------------------------------------------------------------------------
 
 
@@ -828,6 +843,17 @@ class ODEModel:
             )
 
         return self.cached(("companion", which), build)
+
+    def first_order_system(self) -> ODEModel:
+        """The companion system of a model of higher order (or with total derivative terms) as
+        a first-order model in :attr:`companion_states`, for solvers that take first-order
+        models only (the compiled solver, :mod:`~pymc_wendy.model.compiled_solve`); the model
+        itself when it is first order. Models with inputs have none (ValueError)."""
+        if not self.has_operator_terms:
+            return self
+        if self.inputs:
+            raise ValueError(f"{self.name}: a model with inputs has no first-order system here")
+        return self.cached(("companion", "first_order"), _first_order_system)
 
     # log-normal noise
     def log_transformed(self) -> ODEModel:

@@ -112,6 +112,8 @@ class ForwardSolver:
         self.n_initial = len(model.companion_states)
         if supports(model) and not self.inputs:
             self._solver = compiled_solver(model)
+        elif not model.inputs and not self.inputs:  # the companion system is first order
+            self._solver = compiled_solver(model.first_order_system())
         elif supports_piecewise(model, self.inputs):
             self._solver = PiecewiseSolver(model, self.times, self.inputs)
         else:

@@ -34,7 +34,7 @@ _USER_ERRORS = (ValueError, TypeError, RuntimeError, OSError, ArithmeticError)
 _PROBLEMS = (
     "logistic", "lotka_volterra", "fitzhugh_nagumo", "hindmarsh_rose", "protein_transduction",
     "lorenz", "goodwin_2d", "goodwin_3d", "sir_tdi", "head_acceleration", "pk_oral",
-    "pk_iv_doses", "pk_oral_doses", "pk_two_compartment", "sir",
+    "pk_iv_doses", "pk_oral_doses", "pk_two_compartment", "sir", "fitzhugh_nagumo_v", "hes1",
 )  # fmt: skip
 #: coverage methods (:mod:`pymc_wendy.studies.coverage.methods`): the estimators of ``fit``
 #: with their covariance kinds, the default first (:mod:`pymc_wendy.estimators.registry`) ...
@@ -203,25 +203,25 @@ def _nearest_twin(idata, twins):
 
 def _demo_term(prob, data):
     """``(ode, WeakODELikelihood arguments, observed columns, twins)`` for the demo: the
-    model itself where every state is observed (``twins`` None); else, a linear model
-    observed in one state at rest, its input-output equation (``pw.input_output``) from
-    the rest state, and the parameter vectors equivalent to the truth for it."""
+    model itself where every state is observed, or where its hidden states are eliminated
+    by the likelihood (``twins`` None); a linear model observed in one state at rest, its
+    input-output equation (``pw.input_output``) from the rest state, and the parameter
+    vectors equivalent to the truth for it."""
     import numpy as np
 
     from pymc_wendy.model.input_output import input_output
 
     ode = prob.model
     observed = prob.observed or ode.states
-    if len(observed) == ode.n_states:
+    columns = [ode.states.index(s) for s in observed]
+    io = None
+    if len(observed) == 1 < ode.n_states and not np.any(prob.u0):
+        io = input_output(ode, observed[0])
+    if io is None or io.characteristic is None:
+        # every state observed, or hidden ones the likelihood eliminates itself (the NaN
+        # columns of data.U: docs/hidden_states.md)
         term = {"observed": data.U, "inputs": data.inputs or None}
-        return ode, term, list(range(ode.n_states)), None
-    if len(observed) > 1 or np.any(prob.u0):
-        raise ValueError(
-            f"{prob.name} observes {list(observed)} of {list(ode.states)}: the demo fits a "
-            "model with hidden states through its input-output equation, for one observed "
-            "state of a linear model at rest only"
-        )
-    io = input_output(ode, observed[0])  # a nonlinear model (sir) is refused, saying why
+        return ode, term, columns, None
     j = ode.states.index(observed[0])
     term = {
         "observed": data.U[:, [j]], "inputs": io.inputs(data.inputs),

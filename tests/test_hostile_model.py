@@ -113,7 +113,13 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
 @pytest.mark.parametrize(
     "model, observed, match",
     [
-        (pw.get_problem("sir").model, "I", "not linear in its states"),
+        (
+            # nonlinear, two hidden states the observed one depends on (issue 57: one)
+            pw.ODEModel(lambda t, u, p: [p[0] * u[1] * u[0], u[2] - u[1], -p[1] * u[2] * u[0]],
+                        states=["x", "y", "z"], params=["a", "b"]),
+            "x",
+            "depend on 2 hidden states",
+        ),
         (
             pw.ODEModel(lambda t, u, p: [-p[0] * u[0], -p[1] * u[1]], states=["x", "y"],
                         params=["a", "b"]),
@@ -121,8 +127,9 @@ def test_simulate_refuses_inputs_for_a_model_without_inputs():
             "does not see every other state",
         ),
         (
-            pw.ODEModel(lambda t, u, p: [-p[0] * u[0] + p[1] * u[1], p[1] - u[1]],
-                        states=["x", "y"], params=["a", "b"]),
+            # a constant term beside inputs (without inputs it is eliminated: issue 57)
+            pw.ODEModel(lambda t, u, p, w: [-p[0] * u[0] + p[1] * u[1] + w[0], p[1] - u[1]],
+                        states=["x", "y"], params=["a", "b"], inputs=["d"]),
             "x",
             "terms without a state or input",
         ),

@@ -22,6 +22,7 @@ NAMES = [
 HIGHER_ORDER = ["head_acceleration"]
 # problems of ours for the initial-state and dosing features (tests/test_initial_state.py)
 OURS = ["pk_oral", "pk_iv_doses", "pk_oral_doses", "pk_two_compartment", "sir"]
+OURS += ["fitzhugh_nagumo_v", "hes1"]  # MAGI's examples with a hidden state (issue 57)
 LOGNORMAL = {"goodwin_3d", "sir_tdi"}
 
 

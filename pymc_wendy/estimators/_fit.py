@@ -224,7 +224,7 @@ def fit(
     if isinstance(sigma, str) and sigma == "filter":
         sigma = None
     elif isinstance(sigma, str) or auto:
-        return _fit_residual_noise(
+        res = _fit_residual_noise(
             estimator, model, t, U, sigma, auto, dict(
                 p0=p0, bounds=bounds, noise=noise, u0=u0, test_functions=test_functions,
                 ridge=ridge, n_starts=n_starts, seed=seed, executor=executor, solver=solver,
@@ -232,20 +232,8 @@ def fit(
                 time_unit=time_unit, initial_state=initial_state, t0=t0,
             ), start_time,
         )  # fmt: skip
-    correction = bias.resolve(bias_correction)
-    if correction is not None and not estimator.bias_correction:
-        supported = " or ".join(
-            f"method={n!r}" for n in registry.names() if registry.get(n).bias_correction
-        )
-        raise ValueError(
-            f"bias_correction applies to {supported} (the corrected objective replaces the "
-            f"weak likelihood); got method={method!r}"
-        )
-    if isinstance(model, Likelihood) and model.correction_method:
-        raise ValueError(
-            "the likelihood is already bias-corrected; fit the uncorrected likelihood "
-            "with bias_correction= instead"
-        )
+        return _record_hidden(res, eliminated)
+    correction = _bias_correction(estimator, method, model, bias_correction)
     problem = prepare(
         estimator, model, t, U, p0=p0, bounds=bounds, noise=noise, sigma=sigma, u0=u0,
         test_functions=test_functions, ridge=ridge, n_starts=n_starts, seed=seed,
@@ -264,13 +252,7 @@ def fit(
         )
     res = estimator.run(problem)
     assess(res, problem.bounds)
-    if eliminated is not None:
-        res.history["hidden"] = {
-            "states": [s for s in eliminated.latent.states if s not in eliminated.model.states],
-            "expressions": dict(eliminated.hidden),
-            "dropped": list(eliminated.dropped),
-            "model": eliminated.model,
-        }
+    res = _record_hidden(res, eliminated)
     if data is not None:
         res.time_origin, res.time_unit = data.origin, data.time_unit
     if not res.success:
@@ -279,6 +261,39 @@ def fit(
         # stack: _check_forward, fit, its BLAS wrapper, the caller
         _check_forward(res, solver, data is not None, stacklevel=4)
     res.wall_time = time.perf_counter() - start_time
+    return res
+
+
+def _bias_correction(estimator, method: str, model, bias_correction):
+    """The resolved ``bias_correction`` of ``fit``, refused for a method without one and for
+    a likelihood corrected already."""
+    correction = bias.resolve(bias_correction)
+    if correction is not None and not estimator.bias_correction:
+        supported = " or ".join(
+            f"method={n!r}" for n in registry.names() if registry.get(n).bias_correction
+        )
+        raise ValueError(
+            f"bias_correction applies to {supported} (the corrected objective replaces the "
+            f"weak likelihood); got method={method!r}"
+        )
+    if isinstance(model, Likelihood) and model.correction_method:
+        raise ValueError(
+            "the likelihood is already bias-corrected; fit the uncorrected likelihood "
+            "with bias_correction= instead"
+        )
+    return correction
+
+
+def _record_hidden(res: FitResult, eliminated) -> FitResult:
+    """``res`` with ``history["hidden"]`` for a fit whose data never measure some states:
+    which, their expressions in the observed states, those dropped, the equations fitted."""
+    if eliminated is not None:
+        res.history["hidden"] = {
+            "states": [s for s in eliminated.latent.states if s not in eliminated.model.states],
+            "expressions": dict(eliminated.hidden),
+            "dropped": list(eliminated.dropped),
+            "model": eliminated.model,
+        }
     return res
 
 

@@ -269,6 +269,8 @@ def hidden_states(U: Any, states: Sequence[str]) -> tuple[str, ...]:
             return tuple(s for s in states if s not in present or np.all(np.isnan(values[s])))
         if isinstance(U, np.ma.MaskedArray):
             U = np.ma.filled(U.astype(float), np.nan)
+        if np.iscomplexobj(U):  # as_data refuses it, naming it
+            return ()
         A = np.asarray(U, dtype=float)
     except (TypeError, ValueError):
         return ()

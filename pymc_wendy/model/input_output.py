@@ -413,6 +413,13 @@ def eliminate_hidden(model, U, sigma=None, initial_state=None):
     observed = [s for s in model.states if s not in hidden]
     if not observed:
         raise ValueError(f"U measures none of the states of {model.name} {list(model.states)}")
+    if model.inputs:
+        raise ValueError(
+            f"{model.name} has inputs, and the data never measure {list(hidden)} (columns of "
+            f"missing values): fit the input-output equation of the observed state, "
+            f"pw.input_output(model, {observed[0]!r}), with its inputs io.inputs(...) "
+            "(docs/doses.md)"
+        )
     if initial_state is not None:
         raise ValueError(
             f"{model.name}: a known initial state is not taken with hidden states "

@@ -117,8 +117,9 @@ def demo(
     t0 = time.perf_counter()
     with pm.Model(coords={"param": ode.params}) as model:
         p, prior = _demo_prior(prob)
-        # local test functions use the trapezoid rule, which cannot cross a dose's jump
-        if data.inputs:
+        # local test functions use the trapezoid rule, which cannot cross a dose's jump, and
+        # have no second derivatives for the equations of observed states (hidden ones)
+        if data.inputs or len(columns) < prob.model.n_states:
             test_functions = "svd"
         U = WeakODELikelihood(
             "U", ode=ode, params=p, t=data.t, noise=data.noise,
@@ -154,7 +155,8 @@ def demo(
     _print_summary(idata, truth, p_map, stats_only=idata.attrs.get("route") == "importance")
 
     if output:
-        _predictive_plot(model, idata, data, columns, predictive_draws, seed, output)
+        kept = lik.observed.kept  # rows outside the equations' domain are left out (log I)
+        _predictive_plot(model, idata, data, columns, kept, predictive_draws, seed, output)
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -305,7 +307,7 @@ def _check_writable(output: str) -> None:
         raise ValueError(f"--output {output}: cannot write there")
 
 
-def _predictive_plot(model, idata, data, columns, n_draws, seed, output) -> None:
+def _predictive_plot(model, idata, data, columns, kept, n_draws, seed, output) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -326,7 +328,11 @@ def _predictive_plot(model, idata, data, columns, n_draws, seed, output) -> None
     U = pp.posterior_predictive["U"]
     states = [data.states[j] for j in columns]
     fig = plot_predictive(
-        data.t, data.U[:, columns], U, truth=data.U_true[:, columns], states=states
+        data.t[kept],
+        data.U[kept][:, columns],
+        U,
+        truth=data.U_true[kept][:, columns],
+        states=states,
     )
     fig.suptitle(f"{data.problem}: data and 90 % posterior predictive band")
     fig.tight_layout()

@@ -229,3 +229,12 @@ def test_initial_values_of_a_hidden_state_model_reach_the_right_mode():
         pw.WeakODELikelihood("U", ode=prob.model, params=p, t=data.t, observed=data.U)
         start = pw.initial_values()
     np.testing.assert_allclose(start["p"][[0, 2]], prob.p_true[[0, 2]], rtol=0.05)
+
+
+def test_a_derivative_term_and_a_total_derivative_of_the_same_order_add_up():
+    both = pw.ODEModel(
+        lambda t, u, p: [p[0] * u[1] + p[1] * pw.derivative(2 * u[0]) - u[0]],
+        ["x"], ["a", "b"], order=2,
+    )  # fmt: skip
+    a, b = both.symbols.p
+    assert both.derivative_terms == {(0, 0, 1): a + 2 * b}

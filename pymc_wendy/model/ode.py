@@ -244,8 +244,7 @@ def _first_order_system(model: ODEModel) -> ODEModel:
         exprs.append(model.explicit_expressions[d].xreplace(rename))
         i += q
     states_named = [n.replace("'", "_d") for n in model.companion_states]
-    system = ODEModel.from_expressions(exprs, states_named, model.params, name=model.name)
-    return system
+    return ODEModel.from_expressions(exprs, states_named, model.params, name=model.name)
 
 
 # --- the model -----------------------------------------------------------------------------
@@ -462,7 +461,8 @@ class ODEModel:
                     input_terms[(d, inputs.index(sym))] = coeff
                 else:
                     state, k = derivs[sym]
-                    deriv_terms[(d, state, k)] = coeff
+                    # added to a total derivative of a linear expression of the same order
+                    deriv_terms[(d, state, k)] = deriv_terms.get((d, state, k), 0) + coeff
             rest = e.xreplace({sym: 0 for sym in linear_syms}) if linear_syms else e
             pointwise.append(rest)
         self.expressions = tuple(pointwise)

@@ -272,14 +272,16 @@ def _sensitivity_growth(forward: _Forward, x: np.ndarray) -> tuple[float, float]
     for k, term in enumerate(forward.terms):
         lik = term.likelihood
         p, sigma, u0 = forward.term_inputs(out, 0, k)
-        sigma = np.broadcast_to(sigma, lik.U.shape).min(axis=0)
+        sigma = np.broadcast_to(sigma, lik.exact_U.shape).min(axis=0)
         # per-entry noise (a relative level, counts): the entries' RMS sd, on U's scale
         sigma = lik.rms_noise_sd(sigma)
         U, S = term.op.solve(p, u0)  # the observed states at the data times
         if not np.all(np.isfinite(U)):
             continue
         J = lik.base_model.n_params
-        g, s = solver_error_share(S[:, :, J:], sigma, lik.U, lik.noise, SOLVER_OPTIONS["rtol"])
+        g, s = solver_error_share(
+            S[:, :, J:], sigma, lik.exact_U, lik.noise, SOLVER_OPTIONS["rtol"]
+        )
         growth, share = max(growth, g), max(share, s)
     return growth, share
 

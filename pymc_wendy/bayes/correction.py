@@ -487,7 +487,7 @@ class _Forward:
                     total[i] = -np.inf
                     break
                 lik = term.likelihood
-                total[i] += lik.observation.log_likelihood(lik.U, U, sigma)
+                total[i] += lik.observation.log_likelihood(lik.exact_U, U, sigma)
             if bar is not None:
                 bar.update(advance=1)
         return total

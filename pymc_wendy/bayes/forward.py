@@ -82,7 +82,7 @@ class ForwardSolution(Op):
 
     def __init__(self, likelihood: WeakLikelihood, t0: float | None = None):
         self.likelihood = likelihood
-        t = likelihood.t
+        t = likelihood.exact_t  # every observed row, those outside the weak form's domain too
         self.skip = int(t0 is not None and t0 < t[0])
         self.times = np.concatenate([[t0], t]) if self.skip else np.asarray(t, float)
         known = likelihood.initial_state
@@ -171,7 +171,7 @@ class ForwardTerm:
 def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVariable:
     """The default prior of an unknown initial state (module doc), as an unnamed variable:
     ``size`` companion values (a higher-order model's states and their derivatives)."""
-    U, model = likelihood.U, likelihood.base_model
+    U, model = likelihood.exact_U, likelihood.base_model
     if max(model.orders) == 1:
         if likelihood.observation.log_scale:
             return pm.LogNormal.dist(mu=np.log(U[0]), sigma=0.5, shape=size)
@@ -181,7 +181,7 @@ def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVar
     # A state of order q and its derivatives up to q - 1 at t0, from a polynomial through
     # the first points; the k-th derivative's scale the state's spread over span^k (a
     # variation of the series' size over its span), or the estimate itself if larger.
-    t = likelihood.t
+    t = likelihood.exact_t
     mean = polynomial_start(model.orders, t, U)
     span = max(float(t[-1] - t[0]), np.finfo(float).tiny)
     spread = np.std(U, axis=0)
@@ -225,7 +225,11 @@ def forward_model(
         if not (isinstance(node.op, ModelObservedRV) and _is_weak(node.inputs[0])):
             continue
         term, new_out, u0_out = _replace_term(node, initial_state)
-        fgraph.replace(out, new_out, import_missing=True)
+        if new_out.type.shape == out.type.shape:
+            fgraph.replace(out, new_out, import_missing=True)
+        else:  # more rows than the weak term kept (its domain): a new output in its place
+            fgraph.remove_output(fgraph.outputs.index(out))
+            fgraph.add_output(new_out, import_missing=True)
         if u0_out is not None:
             fgraph.add_output(u0_out, import_missing=True)
         terms.append(term)
@@ -268,6 +272,8 @@ def _replace_term(node, initial_state):
     op = ForwardSolution(lik, t0)
     U, _ = op(p, u0)
     obs = observation_dist(lik.observation, U, sigma)
+    if lik.exact_U.shape != lik.U.shape:  # rows outside the weak form's domain: data here
+        value, dims = pt.constant(lik.exact_U, dtype="float64"), ()
     new_out = model_observed_rv(obs, value, name, *dims)
     return ForwardTerm(name, lik, op, u0_name, new_u0), new_out, u0_out
 

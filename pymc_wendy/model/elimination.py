@@ -182,10 +182,10 @@ def _substituted(model: ODEModel, obs: list[int], h: int):
     B, C = _integral(1 / c, y), _integral(gamma / c, y)
     if B is None or C is None:
         raise ValueError(f"{model.name}: no closed-form antiderivative of 1/{model.named(c)}")
-    kappa, Bn = _parameter_factor(B, u)
+    kappa, B_tilde = _parameter_factor(B, u)
     A = -a / c
-    raised = sp.expand(Bn)
-    top = y - raised  # the equation is y'' = d2/dt2 (y - B~) + ...: its highest term B~''
+    # the equation as the model writes it, y'' = d2/dt2 (y - B~) + ...: its highest term B~''
+    top = y - sp.expand(B_tilde)
     rhs = derivative(top, 2) + (derivative(C - A, 1) + alpha + gamma * A) / kappa
     equations = {e: rhs}
     for s in obs:

@@ -58,6 +58,15 @@ class ShortSeriesWarning(UserWarning):
     """The series is too short for what was asked of it (here: estimating the noise)."""
 
 
+def _all_rows(data, domain, t, U, states, time_unit) -> tuple[np.ndarray, np.ndarray]:
+    """``(t, U)`` of every row without a missing entry: ``data``'s own rows, read again
+    without the domain check when there is one."""
+    if domain is None:
+        return data.t, data.U
+    full = as_data(t, U, states, time_unit=time_unit, warn=False)
+    return full.t, full.U
+
+
 def warn_filter_fallback(n_points: int, exc: Exception, stacklevel: int) -> None:
     """The short-series default (noise from forward residuals) fell back to the filter."""
     warnings.warn(
@@ -175,7 +184,13 @@ class WeakLikelihood:
         # states the data never measure: the equations of the observed ones instead
         model, U, sigma, self.eliminated = eliminate_hidden(model, U, sigma, initial_state)
         form_cls = form_for(model)
-        data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain_check(model))
+        domain = domain_check(model)
+        data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain)
+        #: every observed row, for the exact stage: the weak form leaves out rows outside its
+        #: terms' domain (log I at I <= 0), a forward solve needs no such thing
+        self.exact_t, self.exact_U = check_data(
+            *_all_rows(data, domain, t, U, model.states, time_unit), model.n_states
+        )
         t, U = check_data(data.t, data.U, model.n_states)
         # order > 1: the state and its derivatives (the companion layout) at t0
         self.initial_state = as_initial_state(initial_state, t0, data, model.companion_states)

@@ -232,3 +232,20 @@ def test_an_underflowed_parameter_is_a_rejected_point_not_a_printed_exception(ca
     assert logp({"p_log__": np.array([2.0, -800.0])}) == -np.inf
     assert np.isfinite(logp({"p_log__": np.log(prob.p_true)}))
     assert "Exception ignored" not in capfd.readouterr().err
+
+
+# --- total derivative terms (issue 57) -----------------------------------------------------
+@pytest.mark.parametrize("order", [0, -1, 1.5, True])
+def test_total_derivative_of_a_bad_order_is_refused(order):
+    with pytest.raises(pw.ODEDefinitionError, match="order"):
+        pw.ODEModel(
+            lambda t, u, p: [p[0] * pw.derivative(u[0] ** 2, order) - u[0]], ["x"], ["c"], order=2
+        )
+
+
+def test_total_derivative_of_a_derivative_or_input_is_refused():
+    with pytest.raises(pw.ODEDefinitionError, match="function of the states and parameters"):
+        pw.ODEModel(
+            lambda t, u, p, w: [p[0] * pw.derivative(u[0] * w[0]) - u[0]],
+            ["x"], ["c"], order=2, inputs=["w"],
+        )  # fmt: skip

@@ -15,9 +15,9 @@ Two uses:
   ``(log I)'' = -(beta/N) I' - (beta gamma/N) I``, whose terms are all of this kind.
 
 A forward solve needs the explicit right-hand side: :func:`explicit` expands each total
-derivative by the chain rule in the companion states (``x, x', ...``), which works while
-``k`` is below the order of every state ``G`` holds; an equation whose own highest
-derivative sits inside a term is implicit and is solved through the model it came from.
+derivative by the chain rule in the companion states (``x, x', ...``); an equation whose own
+highest derivative sits inside a term (``(log I)''``) is implicit but linear in that
+derivative, and is solved for it.
 """
 
 from __future__ import annotations

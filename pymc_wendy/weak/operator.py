@@ -112,8 +112,6 @@ class _TotalTerms:
     with the layout of the model's ``f``, ``f_u``, ... after the stack axis: each enters
     the residual as ``f`` does, through ``Phi^(k)`` instead of ``Phi``."""
 
-    _SUFFIXES = ("f", "f_u", "f_p", "f_up", "f_pp", "f_upp")
-
     def __init__(self, model: ODEModel):
         self.orders = sorted({k for _, k in model.total_derivative_terms})
         t, u, p = model.symbols

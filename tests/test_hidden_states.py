@@ -161,6 +161,21 @@ def test_fitzhugh_nagumo_from_the_voltage_alone(seed):
     assert np.all(res.stderr < 0.2 * np.abs(FHN_P))
 
 
+@pytest.mark.slow
+def test_hes1_from_p_and_m_with_the_default_start():
+    """The default start of a model nonlinear in its parameters ranks the screened points
+    by weak NLL: ranked by the raw residual, weak least squares from every point of the box
+    ran to its lower bounds in ``a, b, f, g`` and the MLE from there stopped at an
+    indefinite Hessian (513 points, seed 0)."""
+    prob = pw.get_problem("hes1")
+    d = prob.simulate(n_points=513, noise_ratio=0.1, seed=0)
+    assert np.isnan(d.U[:, 2]).all()  # H is never observed
+    res = pw.fit(prob.model, d.t, d.U, bounds=prob.bounds)
+    assert res.success
+    assert np.all(np.abs(res.x - prob.p_true) < 4 * res.stderr)
+    np.testing.assert_allclose(res.x, prob.p_true, rtol=0.5)
+
+
 def test_sir_from_I_alone_nan_columns_and_dataframe_agree():
     d = SIR.simulate(noise_ratio=0.05, seed=1)
     U = d.U.copy()

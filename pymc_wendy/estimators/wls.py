@@ -100,9 +100,15 @@ _SCREEN_STARTS = 16
 
 
 def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray:
-    """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
-    least squares from the box's centre and a Sobol design in the box (a ValueError when
-    a bound is infinite: then ``p0`` is needed)."""
+    """Weak least squares for linear-in-parameter models; otherwise, of the box's centre, a
+    Sobol design in the box and bounded weak least squares from each, the point of lowest
+    weak NLL (a ValueError when a bound is infinite: then ``p0`` is needed).
+
+    The NLL and not the raw residual ranks them: where parameters divide the data's terms,
+    the residual shrinks as they grow or vanish. On Hes1 observed in P and M (513 points,
+    seed 0) weak least squares from all 17 points ran to the box's lower bounds in
+    ``a, b, f, g`` (residual 47, NLL 51468), while the best design point had NLL 2428 and
+    the MLE from it lies within 0.68-1.24 of the truth (``tests/test_hidden_states.py``)."""
     if model.is_linear_in_params and lik is not None:
         p = weak_least_squares(lik)
         return p if bounds is None else np.clip(p, *bounds)
@@ -120,8 +126,8 @@ def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray
 
     def fit_from(s):
         p = _wls_bounded(lik, s, bounds, 20)[0]
-        r = lik.residual(p)
-        return p, float(r @ r)
+        nll_s, nll_p = safe_nll(lik, s), safe_nll(lik, p)
+        return (p, nll_p) if nll_p <= nll_s else (s, nll_s)
 
     return screened_start(bounds, fit_from)
 

@@ -184,8 +184,8 @@ def forward_correction(
         ``posterior`` of the forward-solve model (every free variable, initial states
         included) and ``observed_data``. ``attrs``: ``route`` ("importance" or "nuts"),
         ``proposal`` (the kept one), ``pareto_k``, ``pareto_k_variance`` (module doc),
-        ``pareto_k_tails`` (the Laplace t's worst ``k`` where it probed the moved draws'
-        tails, else NaN), ``khat_threshold``,
+        ``pareto_k_tails`` (the Laplace t's worst ``k`` where the default proposal weighed
+        it after the moved draws, whose tails it probes; else NaN), ``khat_threshold``,
         ``importance_ess`` (the weights' effective sample size), ``laplace_ok`` (1 when the
         Laplace fit converged to a proper covariance, else 0), ``n_forward_solves``,
         ``time_s``. The importance route also keeps the proposal draws with their
@@ -210,7 +210,7 @@ def forward_correction(
     attrs = {
         "pareto_k": weighted["k"],
         "pareto_k_variance": weighted["k_variance"],
-        "pareto_k_tails": weighted.get("k_tails", np.nan),
+        "pareto_k_tails": weighted["tails_k"],
         "khat_threshold": weighted["threshold"],
         "importance_ess": weighted["ess"],
         "laplace_ok": int(weighted["laplace_ok"]),  # netCDF attributes cannot be booleans
@@ -691,7 +691,7 @@ def _reweight(
         cov[np.ix_(shared, shared)] = np.cov(Zw, rowvar=False)
     S = Zw.shape[0]
     mixture = _TMixture(forward, progressbar)
-    best = None
+    best, tails_k = None, np.nan
     for kind in _CANDIDATES[proposal]:
         done = best is not None and _trusted(best) and _enough(best, target_ess)
         # the moved draws are trusted only once the Laplace t has probed the tails beyond
@@ -715,24 +715,25 @@ def _reweight(
                 this = mixture.add(*_weighted_moments(this, cov), S, rng)
         this["proposal"] = kind
         if proposal == "auto" and kind == "laplace_t" and best is not None:
-            _probed(best, this)
+            tails_k = _probed(best, this)
         if best is None or proposal != "auto" or _better(this, best):
             best = this
     seconds_per_gradient = gradient.seconds / max(gradient.n_calls, 1)
     return {
         **best, "forward": forward, "mode": mode, "cov": cov, "laplace_ok": laplace_ok,
-        "seconds_per_gradient": seconds_per_gradient,
+        "seconds_per_gradient": seconds_per_gradient, "tails_k": tails_k,
     }  # fmt: skip
 
 
-def _probed(moved: dict, laplace_t: dict) -> None:
+def _probed(moved: dict, laplace_t: dict) -> float:
     """Record in ``moved`` the Laplace t's worst ``k`` as ``k_tails``, which
-    :func:`_trusted` reads. The moved draws keep the weak posterior's shape around the
-    Laplace fit, so where the target reaches beyond it they never go there and their
-    weights cannot show it; the t's heavier tails do go there (two compartments with three
-    doses, ``docs/forward.md``: the moved draws' variance ``k`` 0.59-0.82 with sds 0.6-0.7
-    of the reference, the Laplace t's 0.84-0.96)."""
+    :func:`_trusted` reads, and return it. The moved draws keep the weak posterior's shape
+    around the Laplace fit, so where the target reaches beyond it they never go there and
+    their weights cannot show it; the t's heavier tails do go there (two compartments with
+    three doses, ``docs/forward.md``: the moved draws' variance ``k`` 0.59-0.82 with sds
+    0.6-0.7 of the reference, the Laplace t's 0.84-0.96)."""
     moved["k_tails"] = _worst_k(laplace_t)
+    return moved["k_tails"]
 
 
 def _enough(weighted: dict, target_ess: float) -> bool:

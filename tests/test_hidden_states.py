@@ -163,10 +163,10 @@ def test_fitzhugh_nagumo_from_the_voltage_alone(seed):
 
 @pytest.mark.slow
 def test_hes1_from_p_and_m_with_the_default_start():
-    """The default start of a model nonlinear in its parameters ranks the screened points
-    by weak NLL: ranked by the raw residual, weak least squares from every point of the box
-    ran to its lower bounds in ``a, b, f, g`` and the MLE from there stopped at an
-    indefinite Hessian (513 points, seed 0)."""
+    """The MLE also runs from the screened point of lowest weak NLL: from the fit of lowest
+    raw residual alone, weak least squares from every point of the box had run to its lower
+    bounds in ``a, b, f, g`` and the MLE from there stopped at an indefinite Hessian (513
+    points, seed 0)."""
     prob = pw.get_problem("hes1")
     d = prob.simulate(n_points=513, noise_ratio=0.1, seed=0)
     assert np.isnan(d.U[:, 2]).all()  # H is never observed

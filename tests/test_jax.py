@@ -130,6 +130,8 @@ def test_numpyro_nuts_samples_logistic(logistic_model):
             chains=2,
             nuts_sampler="numpyro",
             random_seed=1,
+            # one CPU device: "parallel" would warn and fall back to sequential chains
+            nuts={"chain_method": "vectorized"},
             progressbar=False,
             compute_convergence_checks=False,
         )

@@ -24,7 +24,7 @@ from pymc_wendy.estimators._problem import prepare
 from pymc_wendy.estimators.identifiability import assess
 from pymc_wendy.estimators.output_error import residual_noise_of_data
 from pymc_wendy.estimators.results import FitResult, FitWarning
-from pymc_wendy.estimators.wls import default_start
+from pymc_wendy.estimators.wls import default_starts
 from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
 from pymc_wendy.model.input_output import eliminate_hidden
 from pymc_wendy.model.observation import as_observation
@@ -245,11 +245,12 @@ def fit(
             _estimate_check, solver=solver, residual_dof=_RESIDUAL_DOF.get()
         )
     if estimator.needs_start and problem.start is None:
-        problem.start = default_start(
+        first, *others = default_starts(
             problem.weak_likelihood() if problem.model.is_linear_in_params else problem.likelihood,
             problem.model,
             problem.bounds,
         )
+        problem.start, problem.runner_ups = first, tuple(others)
     res = estimator.run(problem)
     assess(res, problem.bounds)
     res = _record_hidden(res, eliminated)

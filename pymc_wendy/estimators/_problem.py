@@ -65,6 +65,9 @@ class FitProblem:
     bias_correction: str | None = None
     #: ``p0``, or the default start where the estimator needs one (set by ``fit``)
     start: np.ndarray | None = None
+    #: further default starts the MLE also runs from, keeping the lowest NLL (set by
+    #: ``fit`` with the default start: :func:`~pymc_wendy.estimators.wls.default_starts`)
+    runner_ups: tuple = ()
     #: validated known inputs (name -> Input); a tuple of them for several experiments
     inputs: dict | tuple = ()
     #: the forward check of a weak-form estimate, ``check(res) -> (entry, failure)``

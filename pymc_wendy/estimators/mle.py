@@ -264,6 +264,7 @@ def run(problem: FitProblem) -> FitResult:
 def fit_mle(problem: FitProblem, options) -> FitResult:
     """The WENDy-MLE of ``problem`` with MLE ``options`` (multi-start included)."""
     starts = _starts(problem.start, problem.n_starts, problem.bounds, problem.seed)
+    starts += list(problem.runner_ups)
     out, history = _mle(problem.likelihood, starts, problem.bounds, options, problem.executor)
     return FitResult(
         x=out["x"],

@@ -203,14 +203,68 @@ def test_rows_outside_the_equations_domain_are_left_out_with_a_warning():
     assert lik.t.size == np.sum(I[:, 0] > 0)
 
 
-def test_hidden_states_refuse_a_known_initial_state_and_no_observed_state():
+def test_hidden_states_refuse_no_observed_state():
     d = SIR.simulate(noise_ratio=0.05, seed=1)
-    U = d.U.copy()
-    U[:, 0] = np.nan
-    with pytest.raises(ValueError, match="known initial state is not taken with hidden states"):
-        pw.fit(SIR.model, d.t, U, initial_state=SIR.u0, bounds=SIR.bounds)
     with pytest.raises(ValueError, match="measures none of the states"):
         pw.WeakLikelihood(SIR.model, d.t, np.full_like(d.U, np.nan))
+
+
+def _sir_in_I(seed=1, noise=0.05):
+    d = SIR.simulate(noise_ratio=noise, seed=seed)
+    U = d.U.copy()
+    U[:, [0, 2]] = np.nan
+    return d, U
+
+
+def test_a_known_initial_state_with_hidden_states_starts_every_forward_solve():
+    # the weak form of the observed state's equation leaves the state out (its derivative at
+    # t0 depends on the parameters); the forward check and the exact stage solve the model
+    # given from it, so a wrong one is caught
+    import pymc as pm
+
+    d, U = _sir_in_I()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingDataWarning)
+        lik = pw.WeakLikelihood(SIR.model, d.t, U, initial_state=SIR.u0)
+        free = pw.WeakLikelihood(SIR.model, d.t, U)
+        res = pw.fit(SIR.model, d.t, U, initial_state=SIR.u0, bounds=SIR.bounds)
+        with pytest.warns(pw.FitWarning, match="from the known initial state does not fit"):
+            wrong = pw.fit(SIR.model, d.t, U, initial_state=[0.5, 0.01, 0.49], bounds=SIR.bounds)
+    assert lik.initial_state.system.observed_states == ("I",)
+    assert lik.nll(SIR.p_true) == free.nll(SIR.p_true)
+    assert res.success and res.history["forward_check"]["initial_state"] == "known"
+    assert np.all(np.abs(res.x - SIR.p_true) < 4 * res.stderr)
+    np.testing.assert_array_equal(wrong.x, res.x)
+    assert not wrong.success and wrong.status == "forward_misfit"
+    with pm.Model() as model:
+        p = pm.LogNormal("p", 0.0, 1.0, shape=2)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", MissingDataWarning)
+            pw.WeakODELikelihood(
+                "U", ode=SIR.model, params=p, sigma=0.01, t=d.t, observed=U, initial_state=SIR.u0
+            )
+    fmodel, (term,) = pw.forward_model(model)
+    assert term.initial_state is None and "U_u0" not in fmodel.named_vars
+    point = {"p_log__": np.log(SIR.p_true)}
+    I = pw.solve(SIR.model, SIR.p_true, SIR.u0, d.t)[:, 1]
+    expected = np.sum(-0.5 * ((d.U[:, 1] - I) / 0.01) ** 2 - np.log(0.01 * np.sqrt(2 * np.pi)))
+    logp = fmodel.compile_logp(vars=[fmodel["U"]])(point)
+    assert logp == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_known_initial_state_with_hidden_states_is_one_of_every_state():
+    import pymc as pm
+
+    d, U = _sir_in_I()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingDataWarning)
+        with pytest.raises(ValueError, match=r"one value per state \(3: \['S', 'I', 'R'\]\)"):
+            pw.fit(SIR.model, d.t, U, initial_state=[0.01, 0.0], bounds=SIR.bounds)
+        with pm.Model(), pytest.raises(ValueError, match="not taken with hidden states"):
+            pw.WeakODELikelihood(
+                "U", ode=SIR.model, params=pm.LogNormal("p", 0.0, 1.0, shape=2), sigma=0.01,
+                t=d.t, observed=U, initial_state=pm.Dirichlet("u0", np.ones(3)),
+            )  # fmt: skip
 
 
 @pytest.mark.parametrize("infer_sigma", [False, True])

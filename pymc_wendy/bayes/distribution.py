@@ -108,6 +108,7 @@ class WeakODERV(RandomVariable):
         model = lik.base_model
         times, skip = lik.t, 0
         if lik.initial_state is not None:  # solve from the known state (or the drawn one)
+            model = lik.initial_state.solved_model(model)
             if not self.free_initial:
                 u0 = lik.initial_state.u0
             if lik.initial_state.t0 < lik.t[0]:

@@ -89,8 +89,11 @@ class ForwardSolution(Op):
         try:
             # an input-output equation at rest is its latent model at rest; both have D
             # initial values, so the Op's signature does not change
+            model = likelihood.base_model
             model, inputs, self.columns = forward_system(
-                likelihood.base_model, likelihood.inputs, None if known is None else known.u0
+                model if known is None else known.solved_model(model),
+                likelihood.inputs,
+                None if known is None else known.u0,
             )
         except ValueError as exc:
             raise NoForwardSolve(str(exc)) from None

@@ -214,7 +214,7 @@ def fit(
     start_time = time.perf_counter()
     estimator = registry.get(method)
     _check_sigma(model, sigma)
-    model, U, sigma, eliminated = eliminate_hidden(model, U, sigma, initial_state)
+    model, U, sigma, initial_state, eliminated = eliminate_hidden(model, U, sigma, initial_state)
     data = _one_experiment(model, t, U, time_unit)
     # (counts and combined errors carry their own variance: no noise level to estimate)
     auto = (
@@ -365,9 +365,10 @@ def _fit_residual_noise(
     X = np.log(first.U) if as_observation(first.noise).log_scale else first.U
     lik = first.likelihood
     known, obs = (None, None) if lik is None else (lik.initial_state, lik.weak_observation)
+    solved = model if known is None else known.solved_model(model)
     try:
         est = residual_noise_of_data(
-            model, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0, known,
+            solved, first.t, X, first.noise, first.x, first.inputs, kwargs["solver"], u0, known,
             observation=obs,
         )  # fmt: skip
     except SimulationError as exc:
@@ -501,9 +502,11 @@ def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None)
     # per-entry noise (proportional, counts): the check compares the residuals' RMS with
     # the entries' RMS noise sd, an approximation that still flags material misfits
     sigma = lik.rms_noise_sd(res.sigma)
+    known = lik.initial_state
+    model = lik.base_model if known is None else known.solved_model(lik.base_model)
     return forward_check(
-        lik.base_model, lik.t, lik.X, lik.U, lik.noise, res.x, sigma, inputs=lik.inputs,
-        solver=solver, known=lik.initial_state, noise_dof=noise_dof, noise_source=noise_source,
+        model, lik.t, lik.X, lik.U, lik.noise, res.x, sigma, inputs=lik.inputs,
+        solver=solver, known=known, noise_dof=noise_dof, noise_source=noise_source,
     )  # fmt: skip
 
 

@@ -307,7 +307,7 @@ def _run(case: _Case, entry: dict) -> tuple[str, str]:
     fails, pval = excess(ratio, est.dof, entry["noise_dof"])
     entry.update(residual_sd=est.sigma, ratio=ratio, p_value=pval, dof=est.dof)
     entry["u0"] = np.asarray(est.u0, dtype=float)
-    entry["failing"] = tuple(case.model.states[i] for i in np.flatnonzero(fails))
+    entry["failing"] = tuple(case.model.observed_states[i] for i in np.flatnonzero(fails))
     if not fails.any():
         if entry["window"] is None:
             entry["information"], entry["information_note"] = _information(case, entry["u0"])
@@ -349,7 +349,7 @@ def _sensitivity(model, p, u0, t, opts, t0=None) -> np.ndarray | None:
     data times ``t``; None for a model the compiled solver does not take (inputs, order > 1),
     or a failed solve."""
     solved = _sensitivities(model, p, u0, t, opts, t0)
-    return None if solved is None else solved[1][:, :, model.n_params :]
+    return None if solved is None else solved[1][:, model.observed_columns, model.n_params :]
 
 
 def _sensitivities(model, p, u0, t, opts, t0=None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -40,6 +40,7 @@ from pymc_wendy._validation import check_real
 
 __all__ = [
     "InitialState",
+    "LatentInitialState",
     "MissingDataWarning",
     "ObservedData",
     "as_data",
@@ -423,10 +424,31 @@ class InitialState(NamedTuple):
         kept time point).
     u0 : ndarray, shape (D,)
         The state there, in the model's state order.
+    system : ODEModel or None
+        The model whose state ``u0`` is when it is not the likelihood's own: for data that
+        never measure some states, the model given, observing the measured ones
+        (:meth:`~pymc_wendy.ODEModel.observing`). The weak form, fitted to the equations of
+        the observed states, then has no boundary row; every forward solve starts from
+        ``u0`` with this model.
     """
 
     t0: float
     u0: np.ndarray
+    system: Any = None
+
+    def solved_model(self, model):
+        """The model a forward solve from this state solves: :attr:`system`, else ``model``."""
+        return model if self.system is None else self.system
+
+
+class LatentInitialState(NamedTuple):
+    """A known initial state of every state of ``system`` (the model given, observing the
+    measured states), handed on with the equations of the observed states that replace it
+    (:func:`~pymc_wendy.model.input_output.eliminate_hidden`); :func:`as_initial_state`
+    reads it against the data's time axis."""
+
+    values: Any
+    system: Any
 
 
 def as_initial_state(
@@ -456,6 +478,10 @@ def as_initial_state(
         if t0 is not None:
             raise ValueError("t0 was given without initial_state: t0 is when it is known")
         return None
+    system = None
+    if isinstance(initial_state, LatentInitialState):
+        initial_state, system = initial_state
+        states = system.states
     D = len(states)
     if isinstance(initial_state, dict) or _is_pandas(initial_state, "Series"):
         keys = list(initial_state.keys())
@@ -486,7 +512,7 @@ def as_initial_state(
                 f"t0 = {t0} is after the first observation (at {first:g} on the data's time "
                 "axis); the known state must come at or before the data"
             )
-    return InitialState(time, u0)
+    return InitialState(time, u0, system)
 
 
 def _time_point(t0: Any, data: ObservedData) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 import sympy as sp
 from scipy import optimize
 
-from pymc_wendy.model.data import hidden_states, observed_part
+from pymc_wendy.model.data import LatentInitialState, hidden_states, observed_part
 from pymc_wendy.model.elimination import eliminate
 from pymc_wendy.model.inputs import Input, as_inputs
 from pymc_wendy.model.ode import ODEModel
@@ -396,20 +396,25 @@ def _check_observable(model: ODEModel, A: sp.Matrix, j: int) -> None:
 
 
 def eliminate_hidden(model, U, sigma=None, initial_state=None):
-    """``(model, U, sigma, io)`` for data that never measure some states.
+    """``(model, U, sigma, initial_state, io)`` for data that never measure some states.
 
     When ``U`` has hidden states (:func:`~pymc_wendy.model.data.hidden_states`: a column
     of NaN, or one a DataFrame lacks), the model becomes the equations of the observed
     states (:func:`input_output`, ``io``), ``U`` their columns and a per-state ``sigma``
-    their entries; otherwise everything is returned unchanged with ``io`` None. A known
-    initial state is refused with hidden states: it would fix the observed states'
-    derivatives at ``t0`` through the parameters.
+    their entries; otherwise everything is returned unchanged with ``io`` None.
+
+    A known initial state is one of every state of the model given. The equations of the
+    observed states would need the observed states' derivatives at ``t0``, which depend on
+    the parameters, so the weak form leaves it out (it is fitted to the data alone) and
+    every forward solve (the forward check, predictions, the exact stage) starts from it
+    with the model given: it comes back as a
+    :class:`~pymc_wendy.model.data.LatentInitialState`.
     """
     if not isinstance(model, ODEModel):
-        return model, U, sigma, None
+        return model, U, sigma, initial_state, None
     hidden = hidden_states(U, model.states)
     if not hidden:
-        return model, U, sigma, None
+        return model, U, sigma, initial_state, None
     observed = [s for s in model.states if s not in hidden]
     if not observed:
         raise ValueError(f"U measures none of the states of {model.name} {list(model.states)}")
@@ -420,14 +425,10 @@ def eliminate_hidden(model, U, sigma=None, initial_state=None):
             f"pw.input_output(model, {observed[0]!r}), with its inputs io.inputs(...) "
             "(docs/doses.md)"
         )
-    if initial_state is not None:
-        raise ValueError(
-            f"{model.name}: a known initial state is not taken with hidden states "
-            f"{list(hidden)} (the equations of the observed states would need their "
-            "derivatives at t0, which depend on the parameters); leave it out"
-        )
     io = input_output(model, observed)
     if sigma is not None and not isinstance(sigma, str) and np.size(sigma) == model.n_states:
         keep = [model.states.index(s) for s in observed]
         sigma = np.asarray(sigma, dtype=float).ravel()[keep]
-    return io.model, observed_part(U, model.states, observed), sigma, io
+    if initial_state is not None:
+        initial_state = LatentInitialState(initial_state, model.observing(observed))
+    return io.model, observed_part(U, model.states, observed), sigma, initial_state, io

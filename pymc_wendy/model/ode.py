@@ -21,6 +21,7 @@ derived from the same expressions by :meth:`ODEModel.log_transformed`.
 from __future__ import annotations
 
 import builtins
+import copy as _copy
 import math
 import types
 from collections.abc import Callable, Sequence
@@ -534,8 +535,30 @@ class ODEModel:
     @property
     def observed_columns(self) -> np.ndarray:
         """Positions of the states themselves (not their derivatives) in the companion layout
-        :attr:`companion_states`: the columns of a companion solution that data observe."""
-        return np.cumsum(self.orders) - np.asarray(self.orders)
+        :attr:`companion_states`: the columns of a companion solution that data observe
+        (only those of :meth:`observing`'s states on such a view)."""
+        columns = np.cumsum(self.orders) - np.asarray(self.orders)
+        chosen = self.__dict__.get("_observed")
+        return columns if chosen is None else columns[chosen]
+
+    @property
+    def observed_states(self) -> tuple[str, ...]:
+        """The states data measure: all of them, or :meth:`observing`'s on such a view."""
+        chosen = self.__dict__.get("_observed")
+        return self.states if chosen is None else tuple(self.states[i] for i in chosen)
+
+    def observing(self, states: Sequence[str]) -> ODEModel:
+        """The same equations with data on ``states`` alone: a view whose
+        :attr:`observed_columns` are theirs, so that every forward solve (predictions, the
+        forward check, the exact stage) compares those columns with the data. It is what a
+        known initial state of a model with hidden states is solved with
+        (:func:`~pymc_wendy.model.input_output.eliminate_hidden`)."""
+        unknown = [s for s in states if s not in self.states]
+        if unknown or not states:
+            raise ValueError(f"{self.name} observed in {list(states)}: states are {self.states}")
+        view = _copy.copy(self)  # shares the generated functions: the equations are the same
+        view._observed = np.array([self.states.index(s) for s in states])
+        return view
 
     @property
     def symbols(self) -> ModelSymbols:

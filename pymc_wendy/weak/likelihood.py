@@ -21,7 +21,7 @@ import numpy as np
 
 from pymc_wendy._threads import single_blas_thread
 from pymc_wendy._validation import check_data, check_positive_data
-from pymc_wendy.model.data import as_data, as_initial_state
+from pymc_wendy.model.data import InitialState, as_data, as_initial_state
 from pymc_wendy.model.doses import discontinuities, jump_times
 from pymc_wendy.model.input_output import eliminate_hidden
 from pymc_wendy.model.inputs import as_inputs
@@ -182,7 +182,9 @@ class WeakLikelihood:
         if linear not in ("auto", "fast", "general"):
             raise ValueError(f"linear must be 'auto', 'fast' or 'general'; got {linear!r}")
         # states the data never measure: the equations of the observed ones instead
-        model, U, sigma, self.eliminated = eliminate_hidden(model, U, sigma, initial_state)
+        model, U, sigma, initial_state, self.eliminated = eliminate_hidden(
+            model, U, sigma, initial_state
+        )
         form_cls = form_for(model)
         domain = domain_check(model)
         data = as_data(t, U, model.states, time_unit=time_unit, undefined=domain)
@@ -194,7 +196,7 @@ class WeakLikelihood:
         t, U = check_data(data.t, data.U, model.n_states)
         # order > 1: the state and its derivatives (the companion layout) at t0
         self.initial_state = as_initial_state(initial_state, t0, data, model.companion_states)
-        weak = _weak_observation(obs, form_cls, self.initial_state)
+        weak = _weak_observation(obs, form_cls, self._boundary_state)
         form_cls.check_noise(model, weak)
         # inputs given as values are on all the given times, missing rows included
         self.inputs = as_inputs(model.inputs, inputs, data.t_given)
@@ -216,7 +218,7 @@ class WeakLikelihood:
         self.observation = self.weak_observation if weak is obs else obs
         self.noise = self.weak_observation.name
         grid, weights = (t, self.X), data_weights
-        if self.initial_state is not None:
+        if self._boundary_state is not None:
             grid, tf, weights = self._with_initial_state(tf, form_cls, data_weights)
         self.form: WeakForm = form_cls(self.model, *grid, tf, self.inputs, self.ridge, weights)
         self.test_functions = tf
@@ -228,6 +230,14 @@ class WeakLikelihood:
         self._max_precompute = max_precompute_bytes
         self._linear_cache: linear_form.LinearForm | None = None
         self._correction: Correction | None = None
+
+    @property
+    def _boundary_state(self) -> InitialState | None:
+        """The known initial state the weak form takes as a boundary row: none when it is a
+        state of the model given with hidden states (:attr:`InitialState.system`), which
+        only the forward solves start from."""
+        known = self.initial_state
+        return known if known is not None and known.system is None else None
 
     @property
     def phi(self) -> np.ndarray:
@@ -252,7 +262,7 @@ class WeakLikelihood:
         if spec is None:
             tf = form_cls.default_test_functions(self.t, self.X, self.base_model, **where)
             if tf is None or (
-                isinstance(tf, LocalTestFunctions) and self.initial_state is not None
+                isinstance(tf, LocalTestFunctions) and self._boundary_state is not None
             ):
                 # a known initial state adds a boundary row to the SVD construction's rows
                 return build_test_functions(self.t, self.X, **where)
@@ -303,7 +313,7 @@ class WeakLikelihood:
                 f"the doses jump at {inside.tolist()}: local test functions use the trapezoid "
                 "rule, which cannot integrate across a jump; use the default test functions"
             )
-        if self.initial_state is not None:
+        if self._boundary_state is not None:
             raise ValueError(
                 "local test functions do not take a known initial_state (its boundary row "
                 "spans the grid); use the default test functions"
@@ -719,6 +729,11 @@ class WeakLikelihood:
             raise ValueError(
                 "an initial state with a prior needs the likelihood built with an initial "
                 "state (any value: its row is replaced)"
+            )
+        if self.initial_state.system is not None:
+            raise ValueError(
+                "an initial state with a prior is not taken with hidden states (the weak form "
+                "of the observed states' equations has no initial row); give it as numbers"
             )
         refusal = free_initial_refusal(self.base_model)
         if refusal is not None or self.form.kind != "general":

@@ -328,3 +328,52 @@ def test_the_exact_stage_keeps_the_rows_outside_the_weak_forms_domain():
     point["p_log__"] = np.log(SIR.p_true)
     point["U_u0"] = np.array([d.U_true[0, 1], SIR.p_true[0] * 0.99 * 0.01 - SIR.p_true[1] * 0.01])
     assert np.isfinite(fmodel.compile_logp()(point))
+
+
+@pytest.mark.slow
+def test_boarding_school_influenza_posterior_matches_a_grid_of_the_exact_one():
+    # S and R hidden, the state known at day 0, Poisson counts: pw.sample's result against
+    # the exact posterior on a grid, each point a scipy solve of the model (none of ours)
+    import pymc as pm
+    from scipy import integrate, stats
+
+    df = pw.problems.boarding_school()
+    N, t, y = 763.0, df["day"].to_numpy(float), df["in_bed"].to_numpy()
+    U = np.full((t.size, 3), np.nan)
+    U[:, 1] = y
+
+    def rhs(_, u, p):
+        return [-p[0] * u[0] * u[1] / N, p[0] * u[0] * u[1] / N - p[1] * u[1], p[1] * u[1]]
+
+    with pm.Model():
+        beta = pm.TruncatedNormal("beta", 2.0, 1.0, lower=0.0)
+        gamma = pm.TruncatedNormal("gamma", 0.4, 0.5, lower=0.0)
+        pw.WeakODELikelihood(
+            "I", ode=pw.ODEModel(rhs, ["S", "I", "R"], ["beta", "gamma"]), t=t, observed=U,
+            params=pm.math.stack([beta, gamma]), noise="poisson", initial_state=[762, 1, 0],
+            t0=0.0,
+        )  # fmt: skip
+        with pytest.warns(UserWarning, match="differs from the exact one"):
+            idata = pw.sample(1000, chains=2, progressbar=False, random_seed=3)
+    draws = np.column_stack([idata.posterior[v].values.ravel() for v in ("beta", "gamma")])
+
+    def log_post(b, g):
+        sol = integrate.solve_ivp(
+            rhs, (0.0, t[-1]), [762.0, 1.0, 0.0], t_eval=t, args=([b, g],), rtol=1e-9,
+            atol=1e-9, method="LSODA",
+        )  # fmt: skip
+        prior = stats.norm.logpdf(b, 2.0, 1.0) + stats.norm.logpdf(g, 0.4, 0.5)
+        return prior + stats.poisson.logpmf(y, np.maximum(sol.y[1], 1e-300)).sum()
+
+    mean, sd = draws.mean(0), draws.std(0)
+    B, G = (np.linspace(m - 5 * s, m + 5 * s, 61) for m, s in zip(mean, sd, strict=True))
+    logp = np.array([[log_post(b, g) for g in G] for b in B])
+    w = np.exp(logp - logp.max())
+    w /= w.sum()
+    grid = np.stack(np.meshgrid(B, G, indexing="ij"), axis=-1).reshape(-1, 2)
+    ref_mean = w.ravel() @ grid
+    ref_sd = np.sqrt(w.ravel() @ (grid - ref_mean) ** 2)
+    # 2000 draws: the Monte Carlo error of a mean is about 0.03 sd at an ESS of 1000
+    assert np.all(np.abs(mean - ref_mean) < 0.15 * ref_sd), (mean, ref_mean, ref_sd)
+    np.testing.assert_allclose(sd / ref_sd, 1.0, atol=0.1)
+    assert 3.4 < np.mean(draws[:, 0] / draws[:, 1]) < 3.7  # R0, the forward-solve 3.55

@@ -491,6 +491,17 @@ def test_lynx_hare_data_set():
     assert df["hare"].sum() == pytest.approx(715.7) and df["lynx"].sum() == pytest.approx(423.5)
 
 
+def test_boarding_school_data_set():
+    """The shipped counts are the published ones (first, peak, last and the total)."""
+    from pymc_wendy.problems import boarding_school
+
+    df = boarding_school()
+    assert df.columns.tolist() == ["day", "in_bed"] and df["day"].tolist() == list(range(1, 15))
+    assert df["in_bed"].tolist()[:2] == [3.0, 8.0] and df["in_bed"].max() == 298.0
+    assert df["in_bed"].iloc[-1] == 4.0 and df["in_bed"].sum() == 1559.0
+    assert df.attrs["pupils"] == 763 and "British Medical Journal" in df.attrs["source"]
+
+
 def test_problem_with_unobserved_states_simulates_the_observed_ones():
     """Noise only on the observed state, at its own scale (the gut's doses in mg must not set
     it); the unobserved state is NaN in U and its truth stays in U_true."""

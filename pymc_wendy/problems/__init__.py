@@ -2,6 +2,14 @@
 real data sets (:mod:`~pymc_wendy.problems.datasets`)."""
 
 from pymc_wendy.problems.catalogue import PROBLEMS, Problem, get_problem, list_problems
-from pymc_wendy.problems.datasets import lynx_hare, theophylline
+from pymc_wendy.problems.datasets import boarding_school, lynx_hare, theophylline
 
-__all__ = ["PROBLEMS", "Problem", "get_problem", "list_problems", "lynx_hare", "theophylline"]
+__all__ = [
+    "PROBLEMS",
+    "Problem",
+    "boarding_school",
+    "get_problem",
+    "list_problems",
+    "lynx_hare",
+    "theophylline",
+]

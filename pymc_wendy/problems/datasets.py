@@ -3,7 +3,8 @@
 :func:`theophylline`: the classic population-pharmacokinetic data of Boeckmann, Sheiner and
 Beal (1994), 12 subjects given one oral dose of theophylline and sampled 11 times over 24 h
 (R's ``datasets::Theoph``). :func:`lynx_hare`: the Hudson's Bay Company lynx and hare pelts,
-1900-1920, the classic predator-prey series.
+1900-1920, the classic predator-prey series. :func:`boarding_school`: pupils in bed in the
+1978 influenza outbreak of an English boarding school, the classic SIR data set.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["lynx_hare", "theophylline"]
+__all__ = ["boarding_school", "lynx_hare", "theophylline"]
 
 
 def theophylline():
@@ -83,4 +84,46 @@ def lynx_hare():
     if not (len(df) == 21 and np.all(df[["hare", "lynx"]].to_numpy() > 0)):
         raise RuntimeError(f"the shipped lynx-hare data are damaged ({path})")
     df.attrs["source"] = "Hudson's Bay Company pelts (MacLulich 1937), via the Stan case study"
+    return df
+
+
+#: pupils of the boarding school (:func:`boarding_school`)
+BOARDING_SCHOOL_PUPILS = 763
+
+
+def boarding_school():
+    """Influenza in an English boarding school, 1978: pupils in bed on 14 consecutive days.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per day, columns ``day`` (1-14) and ``in_bed`` (pupils confined to bed, the
+        ``I`` of an SIR model). ``attrs["pupils"]`` is the school's 763 boys, every one
+        susceptible at the start but the one who brought the virus back;
+        ``attrs["source"]`` names the origin.
+
+    Notes
+    -----
+    "Influenza in a boarding school", British Medical Journal 1978, 1(6112): 587; distributed
+    with the R package ``outbreaks`` (``influenza_england_1978_school``) and used in the Stan
+    case study "Bayesian workflow for disease transmission modeling in Stan" (Grinsztajn,
+    Semenova, Margossian and Riou, 2021). ``docs/hidden_states.md`` fits it with ``S`` and
+    ``R`` hidden.
+
+    Examples
+    --------
+    >>> df = boarding_school()
+    >>> len(df), int(df["in_bed"].max()), df.attrs["pupils"]
+    (14, 298, 763)
+    """
+    import pandas as pd
+
+    path = resources.files("pymc_wendy.problems") / "data" / "boarding_school.csv"
+    with resources.as_file(path) as file:
+        df = pd.read_csv(file, comment="#")
+    df = df.astype({"day": int, "in_bed": float})[["day", "in_bed"]]
+    if not (len(df) == 14 and df["in_bed"].sum() == 1559):
+        raise RuntimeError(f"the shipped boarding-school data are damaged ({path})")
+    df.attrs["pupils"] = BOARDING_SCHOOL_PUPILS
+    df.attrs["source"] = "British Medical Journal 1978, 1(6112): 587, via R's outbreaks package"
     return df

@@ -354,7 +354,7 @@ class WeakLikelihood:
         functions on it with boundary rows; the noise weights (zero on the known row)."""
         if tf.n_boundary:
             raise ValueError("these test functions already have boundary rows")
-        t0, u0 = self.initial_state
+        t0, u0 = self.initial_state.t0, self.initial_state.u0
         model = self.base_model
         if max(model.orders) > 1:
             # The boundary terms of order q carry the derivatives up to q - 1 at t0 times

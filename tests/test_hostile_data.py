@@ -330,6 +330,23 @@ def test_weak_ode_likelihood_short_series_default_is_the_residual_noise():
     assert not np.allclose(sig["filter"], sig["residual"])
 
 
+def test_weak_ode_likelihood_short_series_of_a_nonlinear_model_starts_from_the_priors():
+    """A model nonlinear in its parameters (oral PK, 41 points) has no start for the fit
+    behind the short-series noise estimate, and the distribution takes no p0: it raised
+    "give a starting point p0". The priors give one (the best of weak least squares from
+    prior draws, as initial_values): the estimate is pw.fit's with the problem's box."""
+    pm = pytest.importorskip("pymc")
+    pk = pw.get_problem("pk_oral")
+    d = pk.simulate(n_points=41, noise_ratio=0.1, seed=0)
+    lo, hi = (np.asarray(b) for b in zip(*pk.bounds, strict=True))
+    with pm.Model(coords={"param": pk.model.params}):
+        p = pm.LogNormal("p", np.log(np.sqrt(lo * hi)), 2.0, dims="param")
+        U = pw.WeakODELikelihood("U", ode=pk.model, params=p, t=d.t, observed=d.U)
+    boxed = pw.fit(pk.model, d.t, d.U, bounds=pk.bounds)
+    assert boxed.history["noise"]["method"] == "residual"
+    np.testing.assert_allclose(U.owner.op.likelihood.sigma, boxed.sigma, rtol=1e-6)
+
+
 def test_short_series_falls_back_to_the_filter_when_the_solve_fails(monkeypatch):
     from pymc_wendy.estimators import _fit
     from pymc_wendy.model.simulate import SimulationError

@@ -21,6 +21,7 @@ the initial state.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import pickle
 import warnings
@@ -283,7 +284,9 @@ class WeakODELikelihood(Distribution):
         Noise standard deviation per state (of ``log U`` for log-normal noise).
         ``None``: estimated once and then treated as known: by the high-order filter
         (WENDy) on series of 64 points or more, as with ``"residual"`` on shorter ones (the
-        filter's estimate if the forward solve fails, with a warning).
+        filter's estimate if the forward solve fails, with a warning). For a model nonlinear
+        in its parameters that fit starts from the priors of ``params``: the best of weak
+        least squares from the model's initial point and 16 prior draws.
         ``"filter"``: the filter's estimate whatever the length.
         ``"residual"``: estimated once from the residuals of the ODE solution at the
         WENDy-MLE (:func:`~pymc_wendy.estimators.output_error.residual_noise`, as ``fit(...,
@@ -358,6 +361,8 @@ class WeakODELikelihood(Distribution):
         options = (ode, t, observed, sigma, noise, test_functions, ridge, linear)
         options += (max_precompute_bytes, inputs, time_unit)
         start = None
+        # a nonlinear model's short-series noise estimate starts its fit from the priors
+        options += (functools.partial(_prior_start, params),)
         if free_initial:
             known["initial_state"] = _placeholder_state(ode, initial_state, noise)
             if bias_correction is not None:
@@ -473,8 +478,11 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
 
 def _likelihood(
     ode, t, observed, sigma, noise, test_functions, ridge, linear, budget, inputs, time_unit=None,
-    known=None,
+    p0_from=None, known=None,
 ):  # fmt: skip
+    """The weak likelihood of the data, its noise level as ``sigma`` says (class doc);
+    ``p0_from(lik)``: where WENDy-MLE starts for the forward-residual noise estimate of a model
+    nonlinear in its parameters (None: ``pw.fit``'s rules, which need a box or ``p0``)."""
     if not isinstance(ode, ODEModel):
         raise TypeError(f"ode must be an ODEModel; got {type(ode)!r}")
     if isinstance(sigma, str) and sigma not in ("residual", "filter"):
@@ -508,7 +516,8 @@ def _likelihood(
         from pymc_wendy.estimators.output_error import residual_noise
 
         try:
-            s = residual_noise(lik, fit(lik).x, solver=None).sigma
+            p0 = None if p0_from is None or lik.base_model.is_linear_in_params else p0_from(lik)
+            s = residual_noise(lik, fit(lik, p0=p0).x, solver=None).sigma
         except SimulationError as exc:
             if not auto:
                 raise
@@ -516,6 +525,15 @@ def _likelihood(
             return lik
         lik = build(s)
     return lik
+
+
+def _prior_start(params, lik: WeakLikelihood) -> np.ndarray:
+    """WENDy-MLE's start from the priors of ``params`` in the model in context: the best
+    weak least-squares fit from prior draws (:mod:`pymc_wendy.bayes.starts`)."""
+    from pymc_wendy.bayes.starts import initial_params, screened_start
+
+    vector = _params_vector(params, lik.base_model)
+    return screened_start(lik, initial_params(pm.modelcontext(None), vector), vector)
 
 
 def _corrected(lik: WeakLikelihood, bias_correction) -> WeakLikelihood:

@@ -58,7 +58,6 @@ import warnings
 import arviz as az
 import numpy as np
 import pymc as pm
-import pytensor
 import pytensor.tensor as pt
 import xarray as xr
 from pymc.blocking import DictToArrayBijection
@@ -71,13 +70,14 @@ from pymc_wendy.bayes.comparison import compute_log_likelihood
 from pymc_wendy.bayes.correction import CorrectionTooCostly
 from pymc_wendy.bayes.distribution import _is_symbolic, _params_vector
 from pymc_wendy.bayes.divergences import DivergenceWarning, divergence_report
+from pymc_wendy.bayes.starts import initial_params, screened_start
 from pymc_wendy.bayes.whitening import (
     NotPositiveDefinite,
     posterior_mode,
     to_model_trace,
     whitened_model,
 )
-from pymc_wendy.estimators import weak_least_squares, wendy_mle
+from pymc_wendy.estimators import wendy_mle
 from pymc_wendy.weak.joint import JointLikelihood
 from pymc_wendy.weak.kernels import WeakLikelihoodError
 
@@ -164,8 +164,8 @@ def _values_for(model: pm.Model, specs: list) -> dict[str, np.ndarray]:
             start = liks[0].correction.reference
         else:
             vector = _params_vector(params, lik.base_model)
-            guess = _initial_params(model, vector)
-            start = _screened_start(lik, guess, vector)
+            guess = initial_params(model, vector)
+            start = screened_start(lik, guess, vector)
         p_hat = wendy_mle(lik, start, warm_start=True).x
         if lik.correction_method is None and not lik.base_model.is_linear_in_params:
             p_hat = _lower_of(lik, p_hat, guess)
@@ -181,37 +181,6 @@ def _values_for(model: pm.Model, specs: list) -> dict[str, np.ndarray]:
         out.setdefault(v.name, []).append(value)
     # one sigma variable shared by several terms: the mean of their noise estimates
     return {name: np.mean(vals, axis=0) for name, vals in out.items()}
-
-
-def _screened_start(lik, guess: np.ndarray, vector: pt.TensorVariable) -> np.ndarray:
-    """Weak least squares from ``guess``, the model's initial point; for a model nonlinear in
-    its parameters the best of fits from it and from :data:`SCREEN_STARTS` prior draws of
-    the parameter vector (by the residual's sum of squares), as ``pw.fit`` screens a box.
-    From the prior's centre alone, oral PK at 97 points stopped at a spurious minimum
-    (``[0.11, 0.10, -3.9]``, NLL 109, against ``[2.17, 0.185, 13.8]``, NLL 68), and a
-    volume of 0 (an N(0, 10) prior's centre) gave a division by zero."""
-    if lik.base_model.is_linear_in_params:
-        return weak_least_squares(lik, guess)
-    try:
-        with warnings.catch_warnings():
-            # a prior without draws compiles in numba's object mode first, and says so
-            warnings.filterwarnings("ignore", "Numba will use object mode", UserWarning)
-            draws = pm.draw(vector, draws=SCREEN_STARTS, random_seed=0)
-        draws = np.reshape(draws, (SCREEN_STARTS, -1))
-    except (NotImplementedError, TypeError, ValueError):  # a prior PyMC cannot draw from
-        draws = ()
-    best, best_misfit = guess, np.inf
-    for s in (guess, *draws):
-        try:  # a start at a pole (V = 0) fails or is not finite: it is left out, silently
-            with np.errstate(all="ignore"):
-                p = weak_least_squares(lik, s)
-                r = lik.residual(p)
-        except (WeakLikelihoodError, np.linalg.LinAlgError, ValueError):
-            continue
-        misfit = float(r @ r)
-        if np.isfinite(misfit) and misfit < best_misfit:
-            best, best_misfit = p, misfit
-    return best
 
 
 def _lower_of(lik, p_hat: np.ndarray, guess: np.ndarray) -> np.ndarray:
@@ -231,11 +200,6 @@ def _lower_of(lik, p_hat: np.ndarray, guess: np.ndarray) -> np.ndarray:
     return p_hat
 
 
-#: Prior draws of the parameters from which :func:`initial_values` also starts weak least
-#: squares for a model nonlinear in its parameters.
-SCREEN_STARTS = 16
-
-
 def _in_support(model: pm.Model, v, value) -> bool:
     """A value outside the support maps to a non-finite value under the variable's transform."""
     transform = model.rvs_to_transforms.get(v)
@@ -244,16 +208,6 @@ def _in_support(model: pm.Model, v, value) -> bool:
     with np.errstate(all="ignore"):
         z = transform.forward(pt.as_tensor(value), *v.owner.inputs).eval()
     return bool(np.all(np.isfinite(z)))
-
-
-def _initial_params(model: pm.Model, p: pt.TensorVariable) -> np.ndarray:
-    """The parameter vector at the model's initial point (the start for nonlinear models)."""
-    [p_values] = model.replace_rvs_by_values([p])
-    fn = pytensor.function(
-        model.value_vars, p_values, on_unused_input="ignore", mode="FAST_COMPILE"
-    )
-    point = model.initial_point()
-    return np.asarray(fn(*(point[v.name] for v in model.value_vars)), dtype=float)
 
 
 def sample(

@@ -264,6 +264,36 @@ def test_moment_estimates_of_variance_parameters():
         np.testing.assert_allclose(read(lik), truth_value, rtol=rtol, err_msg=fitted.name)
 
 
+# a logistic curve does not describe an epidemic: the fit's forward check says so too
+@pytest.mark.filterwarnings("ignore::pymc_wendy.FitWarning")
+def test_variance_parameters_estimated_on_a_short_series_warn():
+    """On the 14 influenza counts the filter set the negative binomial's alpha to its cap
+    (Poisson) without a word, while the forward residuals are 1.8 times the Poisson sd. Below
+    64 points an estimated dispersion (or combined error) now says it is unreliable, in
+    WeakLikelihood, fit and WeakODELikelihood; given parameters and long series stay silent."""
+    pm = pytest.importorskip("pymc")
+    df = pw.problems.boarding_school()
+    t, y = df["day"].to_numpy(float), df["in_bed"].to_numpy(float)
+    logistic = pw.get_problem("logistic").model
+    for noise, data in ((pw.NegativeBinomial(), y), (pw.Combined(), y / 800)):
+        with pytest.warns(pw.ShortSeriesWarning, match=f"{noise.name} noise are estimated from 14"):
+            lik = pw.WeakLikelihood(logistic, t, data[:, None], noise=noise)
+    assert lik.observation.complete
+    with pytest.warns(pw.ShortSeriesWarning, match="alpha"):
+        pw.fit(logistic, t, y[:, None], noise=pw.NegativeBinomial(), p0=[1.0, 1.0])
+    with pm.Model(), pytest.warns(pw.ShortSeriesWarning, match="alpha"):
+        pw.WeakODELikelihood(
+            "y", ode=logistic, params=[1.0, 1.0], t=t, observed=y[:, None],
+            noise=pw.NegativeBinomial(),
+        )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", pw.ShortSeriesWarning)
+        pw.WeakLikelihood(logistic, t, y[:, None], noise=pw.NegativeBinomial(5.0))
+        lv, truth = _lv_truth()
+        U = pw.NegativeBinomial(10.0).draw(40.0 * truth.U_true, None, np.random.default_rng(0))
+        pw.WeakLikelihood(lv.model, truth.t, U, noise=pw.NegativeBinomial())
+
+
 def test_proportional_fit_is_unit_free_and_allows_a_zero_initial_state():
     pk = pw.get_problem("pk_oral")
     t = np.geomspace(0.5, 24.0, 24)

@@ -504,7 +504,9 @@ def _likelihood(
         )  # fmt: skip
 
     with warnings.catch_warnings():
-        if _is_symbolic(sigma) or residual or auto:  # the filter's estimate is only a start
+        # the filter's noise level is only a start; counts and combined errors keep the
+        # filter's variance parameters, and its warning
+        if (_is_symbolic(sigma) or residual or auto) and as_observation(noise).scaled:
             warnings.simplefilter("ignore", ShortSeriesWarning)
         lik = build(None if _is_symbolic(sigma) or residual else sigma)
     if auto and (lik.t.size >= SHORT_SERIES or not lik.weak_observation.scaled):

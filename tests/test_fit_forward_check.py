@@ -20,7 +20,11 @@ def test_wrong_known_initial_state_warns():
     data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0)
     with pytest.warns(FitWarning, match="does not fit the data") as record:
         res = pw.fit(LV.model, data.t, data.U, initial_state=[5, 5], t0=0)
-    assert "method='hybrid'" in str(record[0].message)
+    # hybrid refuses a known initial state: the advice is the exact posterior, which takes it
+    assert "Refit with method='hybrid'" not in str(record[0].message)
+    assert "pw.sample on WeakODELikelihood(..., initial_state=)" in str(record[0].message)
+    with pytest.raises(ValueError, match="would ignore it"):
+        pw.fit(LV.model, data.t, data.U, method="hybrid", initial_state=[5, 5], t0=0)
     assert "forward_correction" in str(record[0].message)
     assert res.success is False
     assert res.status == "forward_misfit"
@@ -38,15 +42,13 @@ def test_misfit_under_per_entry_noise_points_to_hybrid_which_fits_it():
     """Output error weighs each entry by its noise sd under proportional noise, so the
     warning sends the user to ``"hybrid"`` as for additive noise, and hybrid's estimate is
     right: within 3 standard errors of the truth, with a passed forward check."""
-    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0)
+    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0, noise="proportional")
     with pytest.warns(FitWarning, match="does not fit the data") as record:
-        res = pw.fit(
-            LV.model, data.t, np.abs(data.U), noise="proportional", initial_state=[5, 5], t0=0
-        )
+        # a given noise level 20 times too small: the forward residuals are the misfit
+        res = pw.fit(LV.model, data.t, data.U, noise="proportional", sigma=0.005)
     message = str(record[0].message)
     assert res.status == "forward_misfit"
     assert "Refit with method='hybrid'" in message and "forward_correction" in message
-    data = LV.simulate(noise_ratio=0.1, subsample=4, seed=0, noise="proportional")
     hybrid = pw.fit(LV.model, data.t, data.U, noise="proportional", method="hybrid")
     assert hybrid.success and hybrid.status == "output_error"
     assert np.all(np.abs(hybrid.x - LV.p_true) < 3 * hybrid.stderr)

@@ -477,6 +477,8 @@ def _check_forward(
     advice = None
     if res.status == "fallback":  # hybrid's output error did not replace this estimate
         advice = f"Output error from this estimate was not kept: {res.history['oels'].message}"
+    elif getattr(res.likelihood, "initial_state", None) is not None:
+        advice = _KNOWN_STATE_ADVICE
     if failure == "forward_misfit":
         why = misfit_message(entry, res.likelihood.base_model.states, advice)
     else:
@@ -484,6 +486,15 @@ def _check_forward(
     res.success, res.status = False, failure
     res.message = f"{why} (estimator: {res.message})"
     warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
+
+
+#: hybrid refuses a known initial state (output error would fit its own): the exact stage
+#: of the Bayesian route solves from it
+_KNOWN_STATE_ADVICE = (
+    "Output error (method='hybrid') does not take a known initial state yet; the exact "
+    "(forward-solve) posterior does: pw.sample on WeakODELikelihood(..., initial_state=) "
+    "runs it by default"
+)
 
 
 def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None) -> dict:

@@ -414,9 +414,11 @@ def test_hostile_initial_state_refusals():
         pw.WeakLikelihood(
             head.model, h.t, h.U, sigma=0.1, inputs=h.inputs, initial_state=[0.0, 1.0]
         )
-    for method in ("oels", "hybrid", "data2ld"):
+    for method in ("deq", "data2ld"):
         with pytest.raises(ValueError, match="would ignore it"):
             pw.fit(P.model, d.t, d.U, method=method, initial_state=P.u0)
+    with pytest.raises(ValueError, match="give u0 .* or initial_state"):
+        pw.fit(P.model, d.t, d.U, method="oels", initial_state=P.u0, u0=P.u0, sigma=0.1)
     with pytest.raises(ValueError, match="one experiment"):
         pw.fit(P.model, [d.t, d.t], [d.U, d.U], initial_state=P.u0)
     lik = pw.WeakLikelihood(P.model, d.t, d.U, sigma=0.1)

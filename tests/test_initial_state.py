@@ -453,3 +453,29 @@ def test_initial_state_prior_predictive_solves_from_the_drawn_state():
     logp = m.compile_logp(sum=False)
     lik = pw.WeakLikelihood(PK, t, U, sigma=0.3, initial_state=[0.7], t0=0.0)
     assert float(logp({"c0": np.array([0.7])})[-1]) == pytest.approx(-lik.nll(PK_TRUE), rel=1e-9)
+
+
+def test_output_error_solves_from_a_known_initial_state():
+    """oels and hybrid take a known initial state: only p is fitted and every solve starts
+    at t0, here before the first sample (oral PK, C(0) = 0 at t = 0, 40 samples from 0.6 h).
+    The estimate is the least squares of the closed-form solution (scipy, none of ours)."""
+    from scipy.optimize import curve_fit
+
+    pk = pw.get_problem("pk_oral")
+    d = pk.simulate(n_points=41, noise_ratio=0.1, seed=0)
+    t, U = d.t[1:], d.U[1:]
+    assert t[0] > 0
+
+    def closed_form(s, ka, ke, a):
+        return a * ka / (ka - ke) * (np.exp(-ke * s) - np.exp(-ka * s))
+
+    ref, _ = curve_fit(closed_form, t, U[:, 0], p0=pk.p_true, xtol=1e-12, ftol=1e-12)
+    known = {"initial_state": [0.0], "t0": 0.0, "bounds": pk.bounds}
+    oe = pw.fit(pk.model, t, U, method="oels", **known)
+    hybrid = pw.fit(pk.model, t, U, method="hybrid", **known)
+    for res in (oe, hybrid):
+        assert res.success and res.identifiability.identifiable
+        np.testing.assert_allclose(res.x, ref, rtol=1e-4)
+        np.testing.assert_array_equal(res.u0, [0.0])
+        assert np.all(np.abs(res.x - pk.p_true) < 3 * res.stderr)
+    assert hybrid.status == "output_error"

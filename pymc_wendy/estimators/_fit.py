@@ -258,7 +258,7 @@ def fit(
         res.time_origin, res.time_unit = data.origin, data.time_unit
     if not res.success:
         warnings.warn(f"{method}: {res.message}", FitWarning, stacklevel=2)
-    if _weak_estimate(estimator, res) and not _INNER.get():
+    if _forward_checked(estimator, res) and not _INNER.get():
         # stack: _check_forward, fit, its BLAS wrapper, the caller
         _check_forward(res, solver, data is not None, stacklevel=4)
     res.wall_time = time.perf_counter() - start_time
@@ -384,8 +384,8 @@ def _fit_residual_noise(
             f"sigma='residual': the ODE solve at the first estimate failed ({exc}); pass sigma"
         ) from exc
     again = {**kwargs, "p0": first.x, "n_starts": 1}
-    if kwargs["u0"] is None and first.u0 is not None:
-        again["u0"] = first.u0
+    if kwargs["u0"] is None and first.u0 is not None and known is None:
+        again["u0"] = first.u0  # output error's fitted initial state, as a start
     token, dof = _INNER.set(True), _RESIDUAL_DOF.set(est.dof)
     try:
         res = fit(model, t, U, estimator.name, sigma=est.sigma, **again)
@@ -403,7 +403,7 @@ def _fit_residual_noise(
         "dof": est.dof,
     }
     _check_reproduces_data(res, X, est.sigma)
-    if _weak_estimate(estimator, res):
+    if _forward_checked(estimator, res):
         _check_forward(res, kwargs["solver"], True, residual_dof=est.dof, stacklevel=5)
     res.wall_time = time.perf_counter() - start_time
     return res
@@ -433,11 +433,14 @@ def _check_reproduces_data(res: FitResult, X: np.ndarray, residual_sd: np.ndarra
         warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=4)
 
 
-def _weak_estimate(estimator, res: FitResult) -> bool:
-    """Whether ``res`` is an estimate that never met a forward solve: one of the estimators
-    whose every input is the weak likelihood (registry.Estimator's ``initial_state``), or
-    a hybrid fit's fallback to its WENDy-MLE."""
-    return estimator.initial_state or res.status == "fallback"
+def _forward_checked(estimator, res: FitResult) -> bool:
+    """Whether ``fit`` checks ``res`` against the forward solution: an estimate that never
+    met a forward solve (an estimator whose every input is the weak likelihood,
+    registry.Estimator's ``weak_only``, or a hybrid fit's fallback to its WENDy-MLE), or
+    one from a known initial state, which output error cannot move: solved from a wrong
+    one, Lotka-Volterra's output error converged to a curve that misses the data."""
+    known = getattr(res.likelihood, "initial_state", None) is not None
+    return estimator.weak_only or res.status == "fallback" or known
 
 
 def _check_forward(
@@ -477,24 +480,14 @@ def _check_forward(
     advice = None
     if res.status == "fallback":  # hybrid's output error did not replace this estimate
         advice = f"Output error from this estimate was not kept: {res.history['oels'].message}"
-    elif getattr(res.likelihood, "initial_state", None) is not None:
-        advice = _KNOWN_STATE_ADVICE
     if failure == "forward_misfit":
-        why = misfit_message(entry, res.likelihood.base_model.states, advice)
+        oe = res.covariance_kind == "oe"  # output error's estimate (oels, or hybrid's)
+        why = misfit_message(entry, res.likelihood.base_model.states, advice, oe)
     else:
         why = overconfidence_message(entry, advice)
     res.success, res.status = False, failure
     res.message = f"{why} (estimator: {res.message})"
     warnings.warn(f"{res.method}: {res.message}", FitWarning, stacklevel=stacklevel)
-
-
-#: hybrid refuses a known initial state (output error would fit its own): the exact stage
-#: of the Bayesian route solves from it
-_KNOWN_STATE_ADVICE = (
-    "Output error (method='hybrid') does not take a known initial state yet; the exact "
-    "(forward-solve) posterior does: pw.sample on WeakODELikelihood(..., initial_state=) "
-    "runs it by default"
-)
 
 
 def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None) -> dict:

@@ -476,9 +476,12 @@ def _recovery(case: _Case, u0: np.ndarray, seed: int) -> np.ndarray | None:
     return est.sigma / sigma
 
 
-def misfit_message(entry: dict, states, advice: str | None = None) -> str:
+def misfit_message(
+    entry: dict, states, advice: str | None = None, output_error: bool = False
+) -> str:
     """The reason of a failed check, for ``FitResult.message``; ``advice`` replaces the
-    pointer to ``method='hybrid'``."""
+    pointer to ``method='hybrid'``; ``output_error``: the estimate is output error's (from
+    a known initial state), whose causes differ."""
     idx = [list(states).index(s) for s in entry["failing"]]
     names = ", ".join(entry["failing"])
     sd = np.asarray(entry["residual_sd"])[idx]
@@ -486,14 +489,23 @@ def misfit_message(entry: dict, states, advice: str | None = None) -> str:
     known = " from the known initial state" if entry["initial_state"] == "known" else ""
     window = entry.get("window")
     data = "the data" if window is None else f"the data over t in [{window[0]:g}, {window[1]:g}]"
-    return (
+    head = (
         f"the ODE solution at the estimate{known} does not fit {data}: forward residual sd "
         f"of {names} {_fmt(sd)} against noise sd {_fmt(noise)} ({entry['noise_source']}; "
-        f"ratio {_fmt(sd / noise)}, p-value {_fmt(np.asarray(entry['p_value'])[idx])}). The "
-        "weak-form estimate may be far from the exact (forward-solve) one (too few points per "
-        "oscillation or transient, a wrong known initial state), the model may not describe "
-        f"the data, or a given noise level may be too small. {advice or _REFIT_MISFIT}; "
-        "for posteriors, pw.forward_correction"
+        f"ratio {_fmt(sd / noise)}, p-value {_fmt(np.asarray(entry['p_value'])[idx])}). "
+    )
+    if output_error:  # fitted to the data by forward solves: the estimate is not the cause
+        return head + (
+            "Output error, solved from the known initial state, fits no better: the known "
+            "state may be wrong, the model or its noise model (over-dispersed counts: "
+            "pw.NegativeBinomial(alpha)) may not describe the data, or a given noise level "
+            "may be too small"
+        )
+    return head + (
+        "The weak-form estimate may be far from the exact (forward-solve) one (too few points "
+        "per oscillation or transient, a wrong known initial state), the model may not "
+        f"describe the data, or a given noise level may be too small. {advice or _REFIT_MISFIT}"
+        "; for posteriors, pw.forward_correction"
     )
 
 

@@ -16,7 +16,7 @@ from scipy import optimize
 from pymc_wendy._validation import check_data, check_positive_data
 from pymc_wendy.estimators.registry import Estimator, get, names
 from pymc_wendy.estimators.results import FitResult
-from pymc_wendy.model.data import as_data
+from pymc_wendy.model.data import InitialState, as_data
 from pymc_wendy.model.doses import jump_times
 from pymc_wendy.model.inputs import as_inputs
 from pymc_wendy.model.observation import Normal, as_observation
@@ -70,6 +70,8 @@ class FitProblem:
     runner_ups: tuple = ()
     #: validated known inputs (name -> Input); a tuple of them for several experiments
     inputs: dict | tuple = ()
+    #: the known initial state (:class:`~pymc_wendy.model.data.InitialState`) or None
+    initial_state: InitialState | None = None
     #: the forward check of a weak-form estimate, ``check(res) -> (entry, failure)``
     #: (``failure``: ``"forward_misfit"``, ``"overconfident"`` or None); set by ``fit`` for
     #: one experiment of an ODE model, None otherwise
@@ -131,7 +133,8 @@ def prepare(
             f"initial_state is used by the weak-likelihood estimators {supported}; method "
             f"{estimator.name!r} would ignore it"
         )
-    if _data_only_estimator(estimator, model, noise):
+    # a known initial state is read against the data by the weak likelihood
+    if initial_state is None and _data_only_estimator(estimator, model, noise):
         if not isinstance(model, ODEModel):
             raise TypeError(f"model must be an ODEModel or a WeakLikelihood; got {model!r}")
         lik = None
@@ -169,6 +172,7 @@ def prepare(
         solver=solver,
         bias_correction=bias_correction,
         inputs=inputs_,
+        initial_state=None if lik is None else getattr(lik, "initial_state", None),
     )
 
 

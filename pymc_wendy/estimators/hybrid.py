@@ -28,7 +28,8 @@ _TOLERANCE = 0.05
 
 def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check=None) -> FitResult:
     lik = common["likelihood"]
-    if u0 is None and np.isfinite(mle.nll):
+    known = getattr(lik, "initial_state", None)
+    if u0 is None and known is None and np.isfinite(mle.nll):
         if lik.experiments != (lik,):  # several experiments: one initial state each
             u0 = np.array(
                 [estimate_initial_state(e, mle.x, solver=solver) for e in lik.experiments]
@@ -49,6 +50,7 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check
         options,
         common,
         inputs,
+        known,
     )
     history = {"mle": mle, "oels": oe}
     keep_oe, why = _choose(mle, oe, check, history)
@@ -126,4 +128,5 @@ ESTIMATOR = Estimator(
     alternatives=("oe", "sandwich", "gls"),
     check_options=_check_options,
     operator_models=True,
+    initial_state=True,
 )

@@ -177,4 +177,5 @@ ESTIMATOR = Estimator(
     alternatives=("hessian", "sandwich"),
     operator_models=True,
     initial_state=True,
+    weak_only=True,
 )

@@ -292,5 +292,6 @@ ESTIMATOR = Estimator(
     alternatives=("sandwich", "gls"),
     operator_models=True,
     initial_state=True,
+    weak_only=True,
     bias_correction=True,
 )

@@ -71,11 +71,15 @@ def _solves(model: ODEModel, p, u0, t, solver, inputs=None) -> bool:
 
 
 def _fit_oe(
-    model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, options, common, inputs=None
-):
+    model, t, U, p_start, u0, noise, sigma, sigma_est, box, solver, options, common, inputs=None,
+    known=None,
+):  # fmt: skip
     several = isinstance(t, tuple)
     forcing = list(inputs) if several and inputs else [inputs or None] * (len(t) if several else 1)
-    if u0 is None:
+    if known is not None:  # every solve starts from it: no initial state to fit
+        if u0 is not None:
+            raise ValueError("give u0 (a start for the fitted initial state) or initial_state")
+    elif u0 is None:
         u0 = _initial_states_from_data(model, t, U, p_start, noise, solver, forcing)
     else:
         u0 = _given_initial_states(model, t, u0)
@@ -92,6 +96,7 @@ def _fit_oe(
         options=options,
         inputs=forcing if several else forcing[0],
         observations=_observations(common["likelihood"]),
+        initial_state=known,
     )
     return _result(oe, model, sigma_est, common)
 
@@ -147,7 +152,7 @@ def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
     cov, ident = np.full((J, J), np.nan), None
     if not oe.solve_failed:  # else no trajectory, no Jacobian: nothing to say
         # a pseudo-inverse would give zero variance along a direction the data do not see
-        names = [*model.params, *_initial_state_names(model, oe.u0)]
+        names = [*model.params, *([] if oe.u0_known else _initial_state_names(model, oe.u0))]
         ident = jacobian_identifiability(oe.jacobian, names, "weighted state residuals")
         if ident.identifiable:
             cov = kernels.gls_covariance(oe.jacobian)[:J, :J]
@@ -188,7 +193,7 @@ def run(problem: FitProblem) -> FitResult:
     return _fit_oe(
         problem.model, problem.t, problem.U, problem.start, problem.u0, problem.noise,
         problem.sigma, problem.sigma_estimated, problem.bounds, problem.solver,
-        problem.options, problem.common(), problem.inputs,
+        problem.options, problem.common(), problem.inputs, problem.initial_state,
     )  # fmt: skip
 
 
@@ -200,5 +205,6 @@ ESTIMATOR = Estimator(
     covariance="oe",
     weak_likelihood=False,
     operator_models=True,
+    initial_state=True,
     per_entry_noise=True,
 )

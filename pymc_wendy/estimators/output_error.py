@@ -80,13 +80,19 @@ class OutputErrorFit:
     wall_time: float
     solve_failed: bool = False  # no forward solve succeeded at the final point
     no_fit: bool = False  # the solution explains none of a state's variation
+    u0_known: bool = False  # solved from a known initial state: the Jacobian is in p alone
 
 
 class _Problem:
     """Weighted residuals and their Jacobian, computed together by one sensitivity solve."""
 
-    def __init__(self, model, t, Z, log, weights, solver, inputs=None, bound=None):
-        self.model, self.t, self.Z, self.log = model, t, Z, log
+    def __init__(self, model, t, Z, log, weights, solver, inputs=None, bound=None, known=None):
+        self.model, self.Z, self.log = model, Z, log
+        # a known initial state (InitialState): theta is p alone, the solve starts at its
+        # t0, and a t0 before the data adds a first row that is not data
+        self.known = known
+        self.prepended = known is not None and known.t0 < t[0]
+        self.t = np.concatenate([[known.t0], t]) if self.prepended else t
         # 1 / noise sd, per state (D,) or per entry (N, D)
         self.w = np.broadcast_to(np.asarray(weights, dtype=float), Z.shape)
         self.solver = solver
@@ -99,7 +105,7 @@ class _Problem:
         # models with derivative terms and other inputs: solve_ivp on the companion system
         if self.operator and lsoda and supports_piecewise(model, inputs or {}):
             # doses or held inputs: compiled stretch by stretch (piecewise_solve)
-            self.compiled = PiecewiseSolver(model, t, inputs)
+            self.compiled = PiecewiseSolver(model, self.t, inputs)
         elif not self.operator and lsoda:  # compiled stepping
             self.compiled = compiled_solver(model)
         elif not self.operator:
@@ -113,8 +119,7 @@ class _Problem:
         """Weighted residuals and Jacobian at ``theta`` (a failed solve: a very poor fit)."""
         U, S = self._states(theta)
         if U is None:
-            P = self.J + self.D
-            return np.full(self.Z.size, _FAILED_RESIDUAL), np.zeros((self.Z.size, P))
+            return np.full(self.Z.size, _FAILED_RESIDUAL), np.zeros((self.Z.size, theta.size))
         res = ((U - self.Z) * self.w).ravel()
         return res, (S * self.w[:, :, None]).reshape(res.size, -1)
 
@@ -126,15 +131,17 @@ class _Problem:
         D, J = self.D, self.J
         P = J + D
         p = theta[:J].copy()
-        y0 = np.concatenate([theta[J:], np.zeros(D * P)])
+        u0 = theta[J:] if self.known is None else self.known.u0
+        y0 = np.concatenate([u0, np.zeros(D * P)])
         y0[D:].reshape(D, P)[:, J:] = np.eye(D)
         try:
             if self.compiled is not None:
-                U, S = self._compiled_solve(p, theta[J:])
+                U, S = self._compiled_solve(p, u0)
             else:
                 Y = self._integrate(p, y0)
                 U, S = Y[:, :D], Y[:, D:].reshape(-1, D, P)
-            U, S = U[:, self.cols], S[:, self.cols, :]
+            first = int(self.prepended)
+            U, S = U[first:, self.cols], S[first:, self.cols, : theta.size]
             if self.log:
                 if np.any(U <= 0):
                     raise SimulationError("the solution left the positive orthant")
@@ -293,6 +300,7 @@ def output_error(
     options: Mapping | None = None,
     inputs=None,
     observations: list | None = None,
+    initial_state=None,
 ) -> OutputErrorFit:
     """Output-error least squares over ``(p, u0)`` (module docstring).
 
@@ -311,12 +319,20 @@ def output_error(
     variance follows the solution (proportional, combined or count noise), ``sigma`` is the
     models' noise level (1 for those that carry their own parameters) and every entry is
     weighted by its noise sd at the solution (:func:`_reweighted`).
+
+    ``initial_state`` (:class:`~pymc_wendy.model.data.InitialState`, one experiment): the
+    state known at its ``t0`` (at or before ``t[0]``); the fit is over ``p`` alone, every
+    solve starts there with ``initial_state.solved_model(model)``, and ``u0`` is ignored.
     """
     start = time.perf_counter()
     several = isinstance(t, list | tuple)
+    if initial_state is not None:
+        if several:
+            raise ValueError("output error takes a known initial state for one experiment")
+        model, u0 = initial_state.solved_model(model), initial_state.u0
     ts, Us = (list(t), list(U)) if several else ([t], [U])
     E = len(ts)
-    J, D, n0 = model.n_params, model.n_states, len(model.companion_states)
+    J, D, n0 = model.n_params, len(model.observed_columns), len(model.companion_states)
     u0s = np.asarray(u0, dtype=float).reshape(E, n0)
     sigmas = np.broadcast_to(np.asarray(sigma, dtype=float), (E, D))
     input_list = list(inputs) if several and inputs is not None else [inputs] * E
@@ -327,9 +343,10 @@ def output_error(
         Z = np.log(Ue) if log else Ue
         scale = np.sqrt(np.mean(Z**2, axis=0))
         s = np.maximum(se, 1e-12 * np.maximum(scale, 1e-300))
-        problems.append(_Problem(model, te, Z, log, 1.0 / s, opts_solver, we))
+        problems.append(_Problem(model, te, Z, log, 1.0 / s, opts_solver, we, known=initial_state))
     prob = _JointProblem(problems) if several else problems[0]
-    theta0 = np.concatenate([p0, u0s.ravel()])
+    free_u0 = u0s.ravel() if initial_state is None else np.empty(0)
+    theta0 = np.concatenate([p0, free_u0])
     lo = np.full(theta0.size, -np.inf)
     hi = np.full(theta0.size, np.inf)
     if bounds is not None:
@@ -345,9 +362,11 @@ def output_error(
     failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
     failed_at_end = all(failed)
     success, message, no_fit = _outcome(res, problems, prob._split(res.x), failed, settled)
+    fitted_u0 = u0s[0].copy() if initial_state is not None else res.x[J:].copy()
     return OutputErrorFit(
         p=res.x[:J].copy(),
-        u0=res.x[J:].reshape(E, n0).copy() if several else res.x[J:].copy(),
+        u0=res.x[J:].reshape(E, n0).copy() if several else fitted_u0,
+        u0_known=initial_state is not None,
         cost=float(0.5 * resid @ resid),
         jacobian=jac,
         n_residuals=resid.size,

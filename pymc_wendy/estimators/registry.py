@@ -56,9 +56,12 @@ class Estimator:
         Whether it runs ``problem.bias_correction`` (:mod:`pymc_wendy.weak.bias`); ``fit``
         refuses ``bias_correction=`` for the others.
     initial_state : bool
-        Whether all it estimates from comes from the weak likelihood, which then carries a
-        known ``initial_state`` (boundary test functions); ``fit`` refuses ``initial_state=``
-        for the others rather than ignore it.
+        Whether it takes a known ``initial_state``: the weak-likelihood estimators through
+        its boundary test functions, output error by solving from it; ``fit`` refuses
+        ``initial_state=`` for the others rather than ignore it.
+    weak_only : bool
+        Whether all it estimates from is the weak likelihood: its estimate never met a
+        forward solve, so ``fit`` checks it against one (the forward check).
     per_entry_noise : bool
         For a method without a weak likelihood: whether it weighs each data entry by the
         observation model's variance at the solution (proportional, combined and count
@@ -78,6 +81,7 @@ class Estimator:
     operator_models: bool = False
     bias_correction: bool = False
     initial_state: bool = False
+    weak_only: bool = False
     per_entry_noise: bool = False
 
 

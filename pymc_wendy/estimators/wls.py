@@ -206,4 +206,5 @@ ESTIMATOR = Estimator(
     needs_start=False,
     operator_models=True,
     initial_state=True,
+    weak_only=True,
 )

@@ -330,13 +330,9 @@ def test_the_exact_stage_keeps_the_rows_outside_the_weak_forms_domain():
     assert np.isfinite(fmodel.compile_logp()(point))
 
 
-@pytest.mark.slow
-def test_boarding_school_influenza_posterior_matches_a_grid_of_the_exact_one():
-    # S and R hidden, the state known at day 0, Poisson counts: pw.sample's result against
-    # the exact posterior on a grid, each point a scipy solve of the model (none of ours)
-    import pymc as pm
-    from scipy import integrate, stats
-
+def _influenza():
+    """The boarding-school counts as ``(t, y, U with S and R NaN, the SIR right-hand side in
+    counts)``."""
     df = pw.problems.boarding_school()
     N, t, y = 763.0, df["day"].to_numpy(float), df["in_bed"].to_numpy()
     U = np.full((t.size, 3), np.nan)
@@ -344,6 +340,18 @@ def test_boarding_school_influenza_posterior_matches_a_grid_of_the_exact_one():
 
     def rhs(_, u, p):
         return [-p[0] * u[0] * u[1] / N, p[0] * u[0] * u[1] / N - p[1] * u[1], p[1] * u[1]]
+
+    return t, y, U, rhs
+
+
+@pytest.mark.slow
+def test_boarding_school_influenza_posterior_matches_a_grid_of_the_exact_one():
+    # S and R hidden, the state known at day 0, Poisson counts: pw.sample's result against
+    # the exact posterior on a grid, each point a scipy solve of the model (none of ours)
+    import pymc as pm
+    from scipy import integrate, stats
+
+    t, y, U, rhs = _influenza()
 
     with pm.Model():
         beta = pm.TruncatedNormal("beta", 2.0, 1.0, lower=0.0)
@@ -388,13 +396,7 @@ def test_hybrid_with_hidden_states_solves_from_the_known_initial_state():
     (alpha = 30) pass the same check."""
     from scipy import integrate, optimize, stats
 
-    df = pw.problems.boarding_school()
-    N, t, y = 763.0, df["day"].to_numpy(float), df["in_bed"].to_numpy()
-    U = np.full((t.size, 3), np.nan)
-    U[:, 1] = y
-
-    def rhs(_, u, p):
-        return [-p[0] * u[0] * u[1] / N, p[0] * u[0] * u[1] / N - p[1] * u[1], p[1] * u[1]]
+    t, y, U, rhs = _influenza()
 
     sir = pw.ODEModel(rhs, ["S", "I", "R"], ["beta", "gamma"])
     known = {"initial_state": [762.0, 1.0, 0.0], "t0": 0.0, "noise": "poisson"}

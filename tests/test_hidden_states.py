@@ -423,5 +423,10 @@ def test_hybrid_with_hidden_states_solves_from_the_known_initial_state():
 
     ref = optimize.minimize(nll, res.x * 1.05, method="Nelder-Mead", options={"xatol": 1e-7})
     np.testing.assert_allclose(res.x, ref.x, rtol=2e-4)
+    sol = integrate.solve_ivp(
+        rhs, (0.0, t[-1]), known["initial_state"], t_eval=t, args=(res.x,), rtol=1e-10,
+        atol=1e-10, method="LSODA",
+    )  # fmt: skip
+    np.testing.assert_allclose(res.simulate()[:, 0], sol.y[1], rtol=1e-4)
     # the exact posterior (docs/hidden_states.md): sd 0.0152 and 0.0110
     np.testing.assert_allclose(res.stderr, [0.0152, 0.0110], rtol=0.15)

@@ -478,4 +478,6 @@ def test_output_error_solves_from_a_known_initial_state():
         np.testing.assert_allclose(res.x, ref, rtol=1e-4)
         np.testing.assert_array_equal(res.u0, [0.0])
         assert np.all(np.abs(res.x - pk.p_true) < 3 * res.stderr)
+        # the trajectory from the known state at t = 0, not from u0 put at t[0]
+        np.testing.assert_allclose(res.simulate()[:, 0], closed_form(t, *res.x), rtol=1e-5)
     assert hybrid.status == "output_error"

@@ -456,7 +456,8 @@ class FitResult:
         """The fitted trajectory ``u(t; x, u0)`` of the observed states, shape (len(t), D).
 
         ``t`` defaults to the data times (it must start at the data's first time unless
-        ``u0`` is given for ``t[0]``); ``u0`` to the fitted initial state (for weak-form
+        ``u0`` is given for ``t[0]``); ``u0`` to the known initial state of the fit (solved
+        from its ``t0``), else to the fitted initial state (for weak-form
         estimates it is fitted once to the first quarter of the data with ``p`` held at the
         estimate, :func:`pymc_wendy.estimate_initial_state`). ``solver`` options go to
         :func:`pymc_wendy.solve` (default: LSODA, ``rtol=1e-7``). For several experiments,
@@ -475,6 +476,16 @@ class FitResult:
         e = 0 if experiment is None else int(experiment)
         t_data = self.t[e] if E > 1 else self.t
         t = t_data if t is None else np.asarray(t, dtype=float)
+        inputs = self.inputs[e] if E > 1 and self.inputs else self.inputs if E == 1 else None
+        opts = {**DEFAULT_SOLVER, **solver}
+        known = getattr(self.likelihood, "initial_state", None) if E == 1 else None
+        if u0 is None and known is not None:  # solved from it, as the fit's forward solves
+            if t[0] < known.t0:
+                raise ValueError(f"t starts at {t[0]:g}, before the known state's t0 {known.t0:g}")
+            model = known.solved_model(self.model)
+            grid = t if t[0] == known.t0 else np.concatenate([[known.t0], t])
+            U = solve(model, self.x, known.u0, grid, inputs=inputs or None, **opts)
+            return U[grid.size - t.size :, model.observed_columns]
         if u0 is None:
             if t[0] != t_data[0]:
                 raise ValueError(
@@ -491,6 +502,5 @@ class FitResult:
                 ]
                 self.u0 = np.array(u0s) if E > 1 else u0s[0]
             u0 = self.u0[e] if E > 1 else self.u0
-        inputs = self.inputs[e] if E > 1 and self.inputs else self.inputs if E == 1 else None
-        U = solve(self.model, self.x, u0, t, inputs=inputs or None, **{**DEFAULT_SOLVER, **solver})
+        U = solve(self.model, self.x, u0, t, inputs=inputs or None, **opts)
         return U[:, self.model.observed_columns]

@@ -413,6 +413,26 @@ def test_hybrid_with_hidden_states_solves_from_the_known_initial_state():
         sir, t, U, method="hybrid", bounds=box, **(known | {"noise": pw.NegativeBinomial(30.0)})
     )
     assert nb.success and nb.history["forward_check"]["verdict"] == "passed"
+    # alpha unknown: the weak stage's moment fit finds no over-dispersion (and says so);
+    # output error refits it, and lands on the joint maximum of the exact likelihood
+    with pytest.warns(pw.ShortSeriesWarning, match="refits alpha"):
+        free = pw.fit(sir, t, U, method="hybrid", bounds=box, **(known | {"noise": "nb"}))
+    assert free.success and free.history["forward_check"]["verdict"] == "passed"
+    alpha = float(free.history["observation"].alpha[0])
+
+    def nb_nll(q):
+        sol = integrate.solve_ivp(
+            rhs, (0.0, t[-1]), known["initial_state"], t_eval=t, args=(q[:2],), rtol=1e-10,
+            atol=1e-10, method="LSODA",
+        )  # fmt: skip
+        a = np.exp(q[2])
+        return -stats.nbinom.logpmf(y, a, a / (a + sol.y[1])).sum()
+
+    start = [*(free.x * 1.03), np.log(alpha) + 0.3]
+    opts = {"xatol": 1e-8, "fatol": 1e-12, "maxiter": 5000}
+    joint = optimize.minimize(nb_nll, start, method="Nelder-Mead", options=opts)
+    np.testing.assert_allclose(free.x, joint.x[:2], rtol=1e-3)
+    np.testing.assert_allclose(alpha, np.exp(joint.x[2]), rtol=0.02)
 
     def nll(p):
         sol = integrate.solve_ivp(

@@ -27,7 +27,7 @@ from pymc_wendy.estimators.results import FitResult, FitWarning
 from pymc_wendy.estimators.wls import default_starts
 from pymc_wendy.model.data import MissingDataWarning, ObservedData, as_data
 from pymc_wendy.model.input_output import eliminate_hidden
-from pymc_wendy.model.observation import as_observation
+from pymc_wendy.model.observation import as_observation, floored_state
 from pymc_wendy.model.ode import ODEModel
 from pymc_wendy.model.simulate import SimulationError
 from pymc_wendy.model.total_derivative import domain_check
@@ -506,6 +506,11 @@ def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None)
     # per-entry noise (proportional, counts): the check compares the residuals' RMS with
     # the entries' RMS noise sd, an approximation that still flags material misfits
     sigma = lik.rms_noise_sd(res.sigma)
+    refitted = res.history.get("observation")
+    if refitted is not None:  # output error's variance parameters, at its solution
+        w = refitted.weights(floored_state(res.simulate(), lik.X))
+        sigma = np.asarray(res.sigma) * np.sqrt(np.mean(w, axis=0))
+        noise_source = f"{refitted.name} parameters refitted by output error"
     known = lik.initial_state
     model = lik.base_model if known is None else known.solved_model(lik.base_model)
     return forward_check(

@@ -54,6 +54,8 @@ def _hybrid(mle: FitResult, u0, box, solver, options, common, inputs=None, check
     )
     history = {"mle": mle, "oels": oe}
     keep_oe, why = _choose(mle, oe, check, history)
+    if keep_oe and "observation" in oe.history:
+        history["observation"] = oe.history["observation"]
     chosen = oe if keep_oe else mle
     return FitResult(
         x=chosen.x,

@@ -102,9 +102,11 @@ def _fit_oe(
 
 
 def _observations(lik) -> list | None:
-    """Each experiment's observation model, its variance parameters filled in by the weak
-    stage (None without a weak likelihood: one noise level per state)."""
-    return None if lik is None else [e.observation for e in lik.experiments]
+    """Each experiment's observation model as given and with its variance parameters filled
+    in by the weak stage (None without a weak likelihood: one noise level per state)."""
+    if lik is None:
+        return None
+    return [(e.observation_given, e.observation) for e in lik.experiments]
 
 
 def _initial_states_from_data(model, t, U, p_start, noise, solver, forcing) -> np.ndarray:
@@ -175,11 +177,19 @@ def _result(oe, model, sigma_est: bool, common: dict) -> FitResult:
         nll=None if lik is None else safe_nll(lik, oe.p),
         covariance_kind="oe",
         u0=oe.u0,
-        history={"n_failed_solves": oe.n_failed_solves},
+        history={"n_failed_solves": oe.n_failed_solves, **_refitted(oe, common["likelihood"])},
         covariances={"oe": cov},
         identifiability=ident,
         **common,
     )
+
+
+def _refitted(oe, lik) -> dict:
+    """``{"observation": ...}``: the observation model whose unknown variance parameters
+    output error refitted (a list for several experiments), or nothing."""
+    if oe.observations is None or all(e.observation_given.complete for e in lik.experiments):
+        return {}
+    return {"observation": oe.observations if len(oe.observations) > 1 else oe.observations[0]}
 
 
 def _status(oe) -> str:

@@ -81,6 +81,9 @@ class OutputErrorFit:
     solve_failed: bool = False  # no forward solve succeeded at the final point
     no_fit: bool = False  # the solution explains none of a state's variation
     u0_known: bool = False  # solved from a known initial state: the Jacobian is in p alone
+    #: per experiment, the observation model of the last weights (its unknown variance
+    #: parameters refitted); None for one noise level per state
+    observations: list | None = None
 
 
 class _Problem:
@@ -263,27 +266,37 @@ class _JointProblem:
 def _reweighted(prob, problems: list[_Problem], observations, sigmas, res, bounds, opts: dict):
     """Output error for noise whose variance follows the solution (proportional, combined,
     counts): least squares with each entry weighted by its noise sd at the last fit's
-    solution, refitted until the estimate moves less than 1e-3 standard errors.
+    solution, refitted until the estimate moves less than 1e-3 standard errors. Variance
+    parameters the user left unknown (the negative binomial's ``alpha``) are refitted by
+    maximum likelihood at each solution (:meth:`Observation.fitted`): the weak stage's
+    moment estimate set ``alpha`` to its cap on the 14 influenza counts, whose forward
+    residuals are twice the Poisson sd. ``observations``: ``(given, filled)`` pairs.
 
     The fixed point solves ``sum (Z - u) / v(u) du/dtheta = 0``: the quasi-likelihood
     (generalised least squares) estimator, the maximum-likelihood one for Poisson and for
     negative binomial counts of known dispersion. Refitting with ``v`` inside the residual
     would instead pull the solution towards larger variances (biased); the Gaussian
     likelihood's own ``log v(u)`` term is left out, as nlmixr2's and NONMEM's first-order
-    methods do. Returns the last fit and whether the weights settled."""
+    methods do. Returns the last fit, whether the weights settled, and the observation
+    models with the variance parameters of the last weights."""
+    filled = [obs for _, obs in observations]
     for _ in range(_MAX_REWEIGHTS):
         theta = res.x
-        for pr, th, se, obs in zip(problems, prob._split(theta), sigmas, observations, strict=True):
+        parts = zip(problems, prob._split(theta), sigmas, observations, strict=True)
+        for e, (pr, th, se, (given, _)) in enumerate(parts):
             u = pr.solution(th)
             if u is None:  # the fit failed; the caller reports it
-                return res, True
-            w = obs.weights(floored_state(u, pr.Z))
+                return res, True, filled
+            u = floored_state(u, pr.Z)
+            if not given.complete:
+                filled[e] = given.fitted(pr.Z, u)
+            w = filled[e].weights(u)
             pr.reweight(1.0 / (se * np.sqrt(np.ones_like(u) if w is None else w)))
         res = optimize.least_squares(prob.residual, theta, jac=prob.jacobian, bounds=bounds, **opts)
         step = prob.jacobian(res.x) @ (res.x - theta)  # in standard errors
         if step @ step < _REWEIGHT_TOL**2:
-            return res, True
-    return res, False
+            return res, True, filled
+    return res, False, filled
 
 
 def output_error(
@@ -315,10 +328,11 @@ def output_error(
     (``model.companion_states``) and ``inputs`` the validated inputs (a list of mappings for
     several experiments).
 
-    ``observations`` (one per experiment, variance parameters filled in): where they say the
-    variance follows the solution (proportional, combined or count noise), ``sigma`` is the
-    models' noise level (1 for those that carry their own parameters) and every entry is
-    weighted by its noise sd at the solution (:func:`_reweighted`).
+    ``observations`` (one ``(as given, variance parameters filled in)`` pair per
+    experiment): where they say the variance follows the solution (proportional, combined or
+    count noise), ``sigma`` is the models' noise level (1 for those that carry their own
+    parameters) and every entry is weighted by its noise sd at the solution
+    (:func:`_reweighted`), the unknown parameters refitted there.
 
     ``initial_state`` (:class:`~pymc_wendy.model.data.InitialState`, one experiment): the
     state known at its ``t0`` (at or before ``t[0]``); the fit is over ``p`` alone, every
@@ -354,9 +368,11 @@ def output_error(
         theta0[:J] = strictly_inside(theta0[:J], lo[:J], hi[:J])  # trf: strictly feasible
     opts = {"method": "trf", "x_scale": "jac", "max_nfev": 200, **(options or {})}
     res = optimize.least_squares(prob.residual, theta0, jac=prob.jacobian, bounds=(lo, hi), **opts)
-    settled = True
-    if observations is not None and any(o.per_entry for o in observations):
-        res, settled = _reweighted(prob, problems, observations, sigmas, res, (lo, hi), opts)
+    settled, fitted = True, None
+    if observations is not None and any(o.per_entry for _, o in observations):
+        res, settled, fitted = _reweighted(
+            prob, problems, observations, sigmas, res, (lo, hi), opts
+        )
     resid, jac = prob._solve(res.x)
     blocks = np.split(resid, np.cumsum([pr.Z.size for pr in problems])[:-1])
     failed = [bool(np.all(r == _FAILED_RESIDUAL)) for r in blocks]
@@ -367,6 +383,7 @@ def output_error(
         p=res.x[:J].copy(),
         u0=res.x[J:].reshape(E, n0).copy() if several else fitted_u0,
         u0_known=initial_state is not None,
+        observations=fitted,
         cost=float(0.5 * resid @ resid),
         jacobian=jac,
         n_residuals=resid.size,

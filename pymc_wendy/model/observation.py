@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
-from scipy import special
+from scipy import optimize, special
 
 __all__ = [
     "Combined",
@@ -126,6 +126,12 @@ class Observation:
 
     def with_variance_parameters(self, theta: np.ndarray) -> Observation:
         """This model with the variance parameters ``theta`` (shape (C, D)) filled in."""
+        return self
+
+    def fitted(self, Y: np.ndarray, u: np.ndarray) -> Observation:
+        """This model with its unknown variance parameters at their maximum likelihood given
+        the solution ``u`` of the data ``Y`` (itself where it has none unknown): what output
+        error refits at its solution (:func:`~pymc_wendy.estimators.output_error.output_error`)."""
         return self
 
     @property
@@ -314,6 +320,11 @@ class Poisson(Observation):
         return np.ones(u.shape[1])
 
 
+# the dispersions an estimate of alpha stays within: below, a count's sd is 30 times its
+# mean at a mean of 1; above, the counts are Poisson to eight digits
+_MIN_ALPHA, _MAX_ALPHA = 1e-3, 1e8
+
+
 @dataclass(frozen=True)
 class NegativeBinomial(Observation):
     """Over-dispersed counts: mean ``u``, variance ``u + u^2 / alpha`` (PyMC's ``mu``,
@@ -348,8 +359,25 @@ class NegativeBinomial(Observation):
         if self.alpha is not None:
             return self
         # theta = 1 / alpha; a fit at or below 0 is no over-dispersion: a large alpha
-        inv = np.maximum(theta[0], 1e-8)
+        inv = np.maximum(theta[0], 1.0 / _MAX_ALPHA)
         return NegativeBinomial(1.0 / inv)
+
+    def fitted(self, Y, u):
+        if self.alpha is not None:
+            return self
+        # per state, on log alpha between strong over-dispersion and the weak stage's cap
+        mu = np.maximum(np.asarray(u, dtype=float), 1e-300)
+        alpha = np.empty(Y.shape[1])
+        for d in range(Y.shape[1]):
+            keep = np.isfinite(Y[:, d])
+            y, m = Y[keep, d], mu[keep, d]
+
+            def nll(log_a, y=y, m=m):
+                return -float(np.sum(NegativeBinomial(np.exp(log_a)).log_density(y, m, None)))
+
+            bounds = (np.log(_MIN_ALPHA), np.log(_MAX_ALPHA))
+            alpha[d] = np.exp(optimize.minimize_scalar(nll, bounds=bounds, method="bounded").x)
+        return NegativeBinomial(alpha)
 
     def log_density(self, Y, u, sigma, xp=NUMPY):
         mu, a = _floored(u, xp, 1e-300), self.alpha

@@ -217,6 +217,9 @@ class WeakLikelihood:
         #: the data's observation model (the exact stage's): the weak form's, or log-normal
         #: where the weak form uses proportional weights instead (:func:`_weak_observation`)
         self.observation = self.weak_observation if weak is obs else obs
+        #: the same as given, its unknown variance parameters unfilled (what output error
+        #: refits by maximum likelihood at its solution, :meth:`Observation.fitted`)
+        self.observation_given = weak if weak is obs else obs
         self.noise = self.weak_observation.name
         grid, weights = (t, self.X), data_weights
         if self._boundary_state is not None:
@@ -358,7 +361,8 @@ class WeakLikelihood:
                     f"{self.t.size} time points ({found}), which is unreliable: on "
                     "the 14 daily influenza counts of docs/hidden_states.md the filter found "
                     "no over-dispersion while the forward residuals are 1.8 times the Poisson "
-                    "sd; give them (pw.NegativeBinomial(alpha), pw.Combined(a, b))",
+                    "sd; give them (pw.NegativeBinomial(alpha), pw.Combined(a, b)), or fit "
+                    "with method='hybrid', which refits alpha by maximum likelihood",
                     ShortSeriesWarning,
                     stacklevel=4,
                 )

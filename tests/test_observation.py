@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytensor.tensor as pt
 import pytest
-from scipy import stats
+from scipy import optimize, stats
 
 import pymc_wendy as pw
 from pymc_wendy.model import add_noise
@@ -262,6 +262,33 @@ def test_moment_estimates_of_variance_parameters():
         U = generating.draw(U_true, sigma, rng)
         lik = pw.WeakLikelihood(lv.model, truth.t, U, noise=fitted)
         np.testing.assert_allclose(read(lik), truth_value, rtol=rtol, err_msg=fitted.name)
+
+
+def test_fitted_dispersion_is_the_maximum_likelihood_one():
+    """Observation.fitted (what output error refits): the negative binomial's unknown alpha
+    per state at the maximum of scipy's nbinom likelihood given the mean; given parameters
+    and models without unknown ones come back unchanged; Poisson counts reach the cap."""
+    rng = np.random.default_rng(3)
+    u = np.column_stack([np.linspace(5.0, 300.0, 300), np.linspace(50.0, 2.0, 300)])
+    Y = np.column_stack(
+        [pw.NegativeBinomial(a).draw(u[:, [d]], None, rng)[:, 0] for d, a in enumerate((10.0, 3.0))]
+    )
+    fitted = pw.NegativeBinomial().fitted(Y, u)
+    for d in range(2):
+
+        def nll(log_a, d=d):
+            a = np.exp(log_a)
+            return -stats.nbinom.logpmf(Y[:, d], a, a / (a + u[:, d])).sum()
+
+        ref = optimize.minimize_scalar(
+            nll, bounds=(-5.0, 15.0), method="bounded", options={"xatol": 1e-9}
+        )
+        np.testing.assert_allclose(fitted.alpha[d], np.exp(ref.x), rtol=1e-3)
+    np.testing.assert_allclose(fitted.alpha, [10.0, 3.0], rtol=0.3)
+    given = pw.NegativeBinomial(4.0)
+    assert given.fitted(Y, u) is given and pw.Poisson().fitted(Y, u) == pw.Poisson()
+    poisson = pw.NegativeBinomial().fitted(rng.poisson(u).astype(float), u)
+    assert np.all(poisson.alpha > 100.0)
 
 
 # a logistic curve does not describe an epidemic: the fit's forward check says so too

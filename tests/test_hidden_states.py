@@ -415,7 +415,7 @@ def test_hybrid_with_hidden_states_solves_from_the_known_initial_state():
     assert nb.success and nb.history["forward_check"]["verdict"] == "passed"
     # alpha unknown: the weak stage's moment fit finds no over-dispersion (and says so);
     # output error refits it, and lands on the joint maximum of the exact likelihood
-    with pytest.warns(pw.ShortSeriesWarning, match="refits alpha"):
+    with pytest.warns(pw.ShortSeriesWarning, match="refits them by maximum likelihood"):
         free = pw.fit(sir, t, U, method="hybrid", bounds=box, **(known | {"noise": "nb"}))
     assert free.success and free.history["forward_check"]["verdict"] == "passed"
     alpha = float(free.history["observation"].alpha[0])

@@ -291,6 +291,26 @@ def test_fitted_dispersion_is_the_maximum_likelihood_one():
     assert np.all(poisson.alpha > 100.0)
 
 
+def test_fitted_combined_error_is_the_maximum_likelihood_one():
+    """Combined error's unknown sds at the maximum of scipy's normal likelihood per state
+    (L-BFGS-B on the sds themselves); a given one stays as given."""
+    rng = np.random.default_rng(5)
+    u = np.column_stack([np.linspace(1.0, 100.0, 400), np.linspace(40.0, 4.0, 400)])
+    Y = pw.Combined(np.array([2.0, 0.5]), np.array([0.1, 0.2])).draw(u, None, rng)
+    fitted = pw.Combined().fitted(Y, u)
+    for d in range(2):
+
+        def nll(ab, d=d):
+            return -stats.norm.logpdf(Y[:, d], u[:, d], np.hypot(ab[0], ab[1] * u[:, d])).sum()
+
+        ref = optimize.minimize(nll, [1.0, 0.1], method="L-BFGS-B", bounds=[(1e-8, None)] * 2)
+        got = [fitted.additive[d], fitted.proportional[d]]
+        np.testing.assert_allclose(got, ref.x, rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(fitted.proportional, [0.1, 0.2], rtol=0.15)
+    half = pw.Combined(additive=2.0).fitted(Y, u)
+    np.testing.assert_array_equal(half.additive, [2.0, 2.0])
+
+
 # a logistic curve does not describe an epidemic: the fit's forward check says so too
 @pytest.mark.filterwarnings("ignore::pymc_wendy.FitWarning")
 def test_variance_parameters_estimated_on_a_short_series_warn():

@@ -507,7 +507,7 @@ def _forward_entry(res: FitResult, solver, *, residual_dof: float | None = None)
     # the entries' RMS noise sd, an approximation that still flags material misfits
     sigma = lik.rms_noise_sd(res.sigma)
     refitted = res.history.get("observation")
-    if refitted is not None:  # output error's variance parameters, at its solution
+    if refitted is not None:  # output error's refitted variance parameters, at its solution
         w = refitted.weights(floored_state(res.simulate(), lik.X))
         sigma = np.asarray(res.sigma) * np.sqrt(np.mean(w, axis=0))
         noise_source = f"{refitted.name} parameters refitted by output error"

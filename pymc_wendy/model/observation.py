@@ -274,6 +274,36 @@ class Combined(Observation):
             b if self.proportional is None else self.proportional,
         )
 
+    def fitted(self, Y, u):
+        if self.complete:
+            return self
+        D = Y.shape[1]
+        sds = {
+            f: None if getattr(self, f) is None else np.broadcast_to(getattr(self, f), D)
+            for f in ("additive", "proportional")
+        }
+        free = [f for f, v in sds.items() if v is None]
+        out = {f: np.empty(D) if v is None else np.array(v, float) for f, v in sds.items()}
+        for d in range(D):
+            keep = np.isfinite(Y[:, d])
+            y, m = Y[keep, d], u[keep, d]
+
+            def nll(x, y=y, m=m, d=d):
+                a, b = (np.exp(x[free.index(f)]) if f in free else out[f][d] for f in out)
+                return -float(
+                    np.sum(_normal_log_density(y, m, np.sqrt(a**2 + (b * m) ** 2), NUMPY))
+                )
+
+            # log sds (an sd of 0 is a bound, not a point), from the residuals' spread
+            spread = max(float(np.std(y - m)), np.finfo(float).tiny)
+            size = {"additive": 1.0, "proportional": max(float(np.mean(np.abs(m))), 1e-300)}
+            start = [np.log(spread / size[f]) for f in free]
+            opts = {"xatol": 1e-8, "fatol": 1e-10, "maxiter": 2000}
+            x = optimize.minimize(nll, start, method="Nelder-Mead", options=opts).x
+            for f, v in zip(free, np.exp(x), strict=True):
+                out[f][d] = v
+        return Combined(out["additive"], out["proportional"])
+
     def log_density(self, Y, u, sigma, xp=NUMPY):
         sd = xp.sqrt(self.additive**2 + self.proportional**2 * u**2)
         return _normal_log_density(Y, u, sd, xp)

@@ -362,7 +362,7 @@ class WeakLikelihood:
                     "the 14 daily influenza counts of docs/hidden_states.md the filter found "
                     "no over-dispersion while the forward residuals are 1.8 times the Poisson "
                     "sd; give them (pw.NegativeBinomial(alpha), pw.Combined(a, b)), or fit "
-                    "with method='hybrid', which refits alpha by maximum likelihood",
+                    "with method='hybrid', which refits them by maximum likelihood",
                     ShortSeriesWarning,
                     stacklevel=4,
                 )

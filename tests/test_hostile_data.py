@@ -419,8 +419,9 @@ def test_hostile_initial_state_refusals():
             pw.fit(P.model, d.t, d.U, method=method, initial_state=P.u0)
     with pytest.raises(ValueError, match="give u0 .* or initial_state"):
         pw.fit(P.model, d.t, d.U, method="oels", initial_state=P.u0, u0=P.u0, sigma=0.1)
-    with pytest.raises(ValueError, match="one experiment"):
-        pw.fit(P.model, [d.t, d.t], [d.U, d.U], initial_state=P.u0)
+    for method in ("mle", "oels", "hybrid"):
+        with pytest.raises(ValueError, match="one experiment"):
+            pw.fit(P.model, [d.t, d.t], [d.U, d.U], method=method, initial_state=P.u0)
     lik = pw.WeakLikelihood(P.model, d.t, d.U, sigma=0.1)
     with pytest.raises(ValueError, match="initial_state"):
         pw.fit(lik, initial_state=P.u0)

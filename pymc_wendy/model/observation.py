@@ -211,6 +211,14 @@ class LogNormal(Observation):
         return u * np.exp(rng.standard_normal(u.shape) * sigma)
 
 
+def _per_state(Y: np.ndarray, u: np.ndarray, one_state) -> np.ndarray:
+    """``one_state(y, m, d)`` on the finite entries of each state ``d`` (the data ``y``, the
+    solution ``m``), stacked over the states: the states' variance parameters are apart."""
+    u = np.asarray(u, dtype=float)
+    keep = np.isfinite(Y)
+    return np.array([one_state(Y[keep[:, d], d], u[keep[:, d], d], d) for d in range(Y.shape[1])])
+
+
 def _floored(u, xp, scale=0.0):
     # a solution that dips below zero (a solver's undershoot near 0) has no relative error
     # or count mean; the floor keeps the density finite and small there
@@ -277,32 +285,33 @@ class Combined(Observation):
     def fitted(self, Y, u):
         if self.complete:
             return self
-        D = Y.shape[1]
-        sds = {
-            f: None if getattr(self, f) is None else np.broadcast_to(getattr(self, f), D)
-            for f in ("additive", "proportional")
-        }
-        free = [f for f, v in sds.items() if v is None]
-        out = {f: np.empty(D) if v is None else np.array(v, float) for f, v in sds.items()}
-        for d in range(D):
-            keep = np.isfinite(Y[:, d])
-            y, m = Y[keep, d], u[keep, d]
+        given = {f: getattr(self, f) for f in ("additive", "proportional")}
+        free = [f for f, v in given.items() if v is None]
 
-            def nll(x, y=y, m=m, d=d):
-                a, b = (np.exp(x[free.index(f)]) if f in free else out[f][d] for f in out)
-                return -float(
-                    np.sum(_normal_log_density(y, m, np.sqrt(a**2 + (b * m) ** 2), NUMPY))
-                )
+        def one_state(y, m, d):
+            fixed = {
+                f: np.broadcast_to(v, Y.shape[1])[d] for f, v in given.items() if v is not None
+            }
 
-            # log sds (an sd of 0 is a bound, not a point), from the residuals' spread
-            spread = max(float(np.std(y - m)), np.finfo(float).tiny)
-            size = {"additive": 1.0, "proportional": max(float(np.mean(np.abs(m))), 1e-300)}
-            start = [np.log(spread / size[f]) for f in free]
+            def sds_at(x):  # log sds: an sd of 0 is a bound, not a point
+                return fixed | dict(zip(free, np.exp(x), strict=True))
+
+            def nll(x):
+                sds = sds_at(x)
+                sd = np.sqrt(sds["additive"] ** 2 + (sds["proportional"] * m) ** 2)
+                return -float(np.sum(_normal_log_density(y, m, sd, NUMPY)))
+
+            spread = max(float(np.std(y - m)), np.finfo(float).tiny)  # the start's scale
+            scale = {"additive": spread, "proportional": spread / max(np.mean(np.abs(m)), 1e-300)}
             opts = {"xatol": 1e-8, "fatol": 1e-10, "maxiter": 2000}
-            x = optimize.minimize(nll, start, method="Nelder-Mead", options=opts).x
-            for f, v in zip(free, np.exp(x), strict=True):
-                out[f][d] = v
-        return Combined(out["additive"], out["proportional"])
+            x = optimize.minimize(
+                nll, np.log([scale[f] for f in free]), method="Nelder-Mead", options=opts
+            ).x
+            sds = sds_at(x)
+            return sds["additive"], sds["proportional"]
+
+        additive, proportional = _per_state(Y, u, one_state).T
+        return Combined(additive, proportional)
 
     def log_density(self, Y, u, sigma, xp=NUMPY):
         sd = xp.sqrt(self.additive**2 + self.proportional**2 * u**2)
@@ -395,19 +404,16 @@ class NegativeBinomial(Observation):
     def fitted(self, Y, u):
         if self.alpha is not None:
             return self
-        # per state, on log alpha between strong over-dispersion and the weak stage's cap
-        mu = np.maximum(np.asarray(u, dtype=float), 1e-300)
-        alpha = np.empty(Y.shape[1])
-        for d in range(Y.shape[1]):
-            keep = np.isfinite(Y[:, d])
-            y, m = Y[keep, d], mu[keep, d]
 
-            def nll(log_a, y=y, m=m):
+        def one_state(y, m, d):
+            def nll(log_a):
                 return -float(np.sum(NegativeBinomial(np.exp(log_a)).log_density(y, m, None)))
 
+            # on log alpha, between strong over-dispersion and the weak stage's cap
             bounds = (np.log(_MIN_ALPHA), np.log(_MAX_ALPHA))
-            alpha[d] = np.exp(optimize.minimize_scalar(nll, bounds=bounds, method="bounded").x)
-        return NegativeBinomial(alpha)
+            return np.exp(optimize.minimize_scalar(nll, bounds=bounds, method="bounded").x)
+
+        return NegativeBinomial(_per_state(Y, np.maximum(u, 1e-300), one_state))
 
     def log_density(self, Y, u, sigma, xp=NUMPY):
         mu, a = _floored(u, xp, 1e-300), self.alpha

@@ -238,6 +238,12 @@ def _jax_funcify_weak_loglik(op, node=None, **kwargs):
             "the relaxed weak likelihood of the tempering ladder has no JAX implementation; "
             "use pymc_wendy.sample_sft with the default (numba) backend"
         )
+    if op.per_entry:
+        raise NotImplementedError(
+            "per-entry noise variances (an observation model's variance parameters as random "
+            "variables, such as a negative binomial alpha) have no JAX implementation yet; "
+            "use the default (numba) backend (nutpie, or pm.sample's own NUTS)"
+        )
     lik = op.likelihood
     J, D = op.n_inputs_p, lik.model.n_states
     value_and_grads, value = jax_loglik_functions(lik, op.infer_sigma, op.free_initial)

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from pymc_wendy.backends import lapack
-from pymc_wendy.backends.numba_kernels import all_finite
+from pymc_wendy.backends.numba_kernels import add_noise_gradient, all_finite, entry_variances
 from pymc_wendy.weak.banded import selected_inverse
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -145,13 +145,10 @@ def banded(start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2raw, W, scale, diag, 
     J = Jp.shape[2]
     n = K * D
     gp = np.zeros(J)
-    gs = np.zeros(D)
+    gs = np.zeros(s2raw.size)
     if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
-    v = np.empty((M1, D))
-    for m in range(M1):
-        for d in range(D):
-            v[m, d] = scale * s2raw[d] * W[m, d]
+    v = entry_variances(s2raw, W, scale)
 
     r = np.empty(n)
     for p in range(K):
@@ -223,7 +220,6 @@ def banded(start, phi, dphi, Gp, Gd, bb, F, Ju, Jp, Jup, s2raw, W, scale, diag, 
                     for f in range(D):
                         acc += Ju[m, d, e] * Qpp[m, d, f] * Ju[m, f, e]
                 per_em += acc
-            gs[e] += W[m, e] * per_em
-    for e in range(D):
-        gs[e] *= 0.5 * scale
+            add_noise_gradient(gs, W, m, e, per_em)
+    gs *= 0.5 * scale
     return nll, gp, gs

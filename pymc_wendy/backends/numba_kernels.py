@@ -50,6 +50,33 @@ def all_finite(a: np.ndarray) -> bool:
 
 
 @numba.njit(cache=True)
+def entry_variances(s2raw: np.ndarray, W: np.ndarray, scale: float) -> np.ndarray:
+    """The noise variance of every data entry, ``(M1, D)``, times ``scale``: per state,
+    ``s2raw[e] * W[m, e]`` (``s2raw`` of length D), or given per entry, ``s2raw[e * M1 + m]``
+    (length ``D * M1``, state-major; ``W`` is not read): an observation model whose variance
+    parameters are random variables (``WeakLogLikelihoodOp(per_entry=True)``)."""
+    M1, D = W.shape
+    per_entry = s2raw.size != D
+    V = np.empty((M1, D))
+    for m in range(M1):
+        for e in range(D):
+            V[m, e] = scale * (s2raw[e * M1 + m] if per_entry else s2raw[e] * W[m, e])
+    return V
+
+
+@numba.njit(cache=True)
+def add_noise_gradient(gs: np.ndarray, W: np.ndarray, m: int, e: int, per: float) -> None:
+    """Adds entry ``(m, e)``'s ``d nll / d v[m, e]`` (up to the factor ``scale / 2``) to the
+    noise gradient: weighted into state ``e``'s variance, or kept per entry (the layout of
+    :func:`entry_variances`)."""
+    M1, D = W.shape
+    if gs.size == D:
+        gs[e] += W[m, e] * per
+    else:
+        gs[e * M1 + m] += per
+
+
+@numba.njit(cache=True)
 def _factor_and_nll(ST: np.ndarray, r: np.ndarray, ridge: float):
     """Add the ridge to ``S`` (its transpose stored in ``ST``), factor it in place, solve.
 
@@ -166,7 +193,8 @@ def general(
 
     ``F`` (M1, D), ``Ju`` (M1, D, D), ``Jp`` (M1, D, J), ``Jup`` (M1, D, D, J) are the model
     derivatives at the data; ``b = dPhi X`` (K, D); ``s2raw`` (D,) the noise variances and
-    ``W`` (M1, D) their per-entry weights. The covariance is
+    ``W`` (M1, D) their per-entry weights, or ``s2raw`` (D M1,) every entry's variance, and
+    then the gradient per entry too (:func:`entry_variances`). The covariance is
     ``S = scale * L diag(s2raw * W) L^T + diag * I`` (``scale = 1 - ridge``,
     ``diag = ridge_diag`` for the model; other values for the tempering ladder's relaxed rungs).
     The gradient needs ``S^{-1}`` only through ``Phi^T S^{-1} Phi`` and ``Phi^T S^{-1} dPhi``
@@ -179,10 +207,10 @@ def general(
     J = Jp.shape[2]
     n = K * D
     gp = np.zeros(J)
-    gs = np.zeros(D)
+    gs = np.zeros(s2raw.size)
     if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs, np.zeros(n)
-    s2 = scale * s2raw
+    V = entry_variances(s2raw, W, scale)
     phiT = phi.T.copy()  # time-major copies: the loops below run over k fastest
     dphiT = dphi.T.copy()
 
@@ -197,7 +225,7 @@ def general(
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
-            se = math.sqrt(s2[e] * W[m, e])
+            se = math.sqrt(V[m, e])
             for d in range(D):
                 g = Ju[m, d, e] * se
                 for k in range(K):
@@ -226,7 +254,7 @@ def general(
             la = Da[m, e]
             for d in range(D):
                 la += Pa[m, d] * Ju[m, d, e]
-            v = s2[e] * W[m, e]
+            v = V[m, e]
             for d in range(D):
                 bde = -Pa[m, d] * la
                 if logdet:
@@ -244,9 +272,8 @@ def general(
                         per += 2.0 * Ju[m, d, e] * Qpd[m, d, e]
                         for f in range(D):
                             per += Ju[m, d, e] * Qpp[m, d, f] * Ju[m, f, e]
-                gs[e] += W[m, e] * per
-    for e in range(D):
-        gs[e] *= 0.5 * scale
+                add_noise_gradient(gs, W, m, e, per)
+    gs *= 0.5 * scale
     for m in range(M1):
         for d in range(D):
             for j in range(J):
@@ -269,22 +296,21 @@ def operator(pw, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, sca
     D = F.shape[2]
     J = Jp.shape[3]
     gp = np.zeros(J)
-    gs = np.zeros(D)
+    gs = np.zeros(s2raw.size)
     if not (all_finite(F) and all_finite(Ju) and all_finite(s2raw)) or np.any(s2raw < 0.0):
         return np.inf, gp, gs
     if not (all_finite(C) and all_finite(beta)):
         return np.inf, gp, gs
-    s2 = scale * s2raw
+    V = entry_variances(s2raw, W, scale)
     r = _operator_residual(pw, F, OX, Psi, C, beta)
-    ok, nll, a, Cf = _covariance_factor(_operator_linearisation(pw, ops, Ju, C, s2, W), r,
+    ok, nll, a, Cf = _covariance_factor(_operator_linearisation(pw, ops, Ju, C, V), r,
                                         diag, logdet)  # fmt: skip
     if not ok:
         return np.inf, gp, gs
     if not want_grad:
         return nll, gp, gs
-    _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs)
-    for e in range(D):
-        gs[e] *= 0.5 * scale
+    _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, V, W, logdet, gp, gs)
+    gs *= 0.5 * scale
     Am = _add_pointwise_score(pw[0], a, Jp[0], gp)
     for i in range(1, pw.shape[0]):
         _add_pointwise_score(pw[i], a, Jp[i], gp)
@@ -320,8 +346,9 @@ def _operator_residual(pw, F, OX, Psi, C, beta):
 
 
 @numba.njit(cache=True)
-def _operator_linearisation(pw, ops, Ju, C, s2, W):
-    """``L Sigma^1/2`` with ``L = sum_P Phi_P Ju_P + sum_q C_q Phi^(q)``, stored transposed
+def _operator_linearisation(pw, ops, Ju, C, V):
+    """``L Sigma^1/2`` with ``L = sum_P Phi_P Ju_P + sum_q C_q Phi^(q)`` and the entries'
+    variances ``V`` (:func:`entry_variances`), stored transposed
     (:func:`_covariance_factor`'s layout)."""
     P, K, M1 = pw.shape
     D = Ju.shape[2]
@@ -330,7 +357,7 @@ def _operator_linearisation(pw, ops, Ju, C, s2, W):
     for e in range(D):
         for m in range(M1):
             col = e * M1 + m
-            se = math.sqrt(s2[e] * W[m, e])
+            se = math.sqrt(V[m, e])
             for d in range(D):
                 for k in range(K):
                     v = 0.0
@@ -373,7 +400,7 @@ def _assign2(dst, src):
 
 
 @numba.njit(cache=True)
-def _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, gs):
+def _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, V, W, logdet, gp, gs):
     """Adds the trace terms ``<W L Sigma', dL/dp>`` to ``gp`` and the unscaled noise-variance
     gradient to ``gs``, with ``W L = S^-1 L - a (L' a)'`` and ``L = sum_b B_b G_b`` over the
     bases ``B_i = pw[i]`` (``Phi`` and the total derivative terms' operators; coefficients
@@ -409,7 +436,7 @@ def _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, 
             for b in range(A):
                 for d in range(D):
                     la += G[b, d, e] * Pa[b, m, d]
-            sem = s2[e] * W[m, e]
+            sem = V[m, e]
             acc_s = 0.0
             for d in range(D):
                 for b in range(A):
@@ -422,7 +449,7 @@ def _operator_trace_gradient(Cf, a, pw, ops, Ju, C, Jup, Cp, s2, W, logdet, gp, 
                     for j in range(J):
                         dG = Jup[b, m, d, e, j] if b < P else Cp[b - P, d, e, j]
                         gp[j] += sem * z * dG
-            gs[e] += W[m, e] * acc_s
+            add_noise_gradient(gs, W, m, e, acc_s)
 
 
 @numba.njit(cache=True)
@@ -590,8 +617,9 @@ def apply_tilt(nll, gp, p, tilt, ref, offset, want_grad):
 
 
 def kernel_inputs(
-    lik, *, infer_sigma: bool, relax_scale: float = 1.0, free_initial: bool = False
-) -> tuple[str, np.ndarray]:
+    lik, *, infer_sigma: bool, relax_scale: float = 1.0, free_initial: bool = False,
+    per_entry: bool = False,
+) -> tuple[str, np.ndarray]:  # fmt: skip
     """Which compiled path serves ``lik``, and everything its kernel reads, packed.
 
     Returns ``(kind, buffer)``: ``kind`` is ``"linear"`` (linear-in-parameter models with the
@@ -600,6 +628,8 @@ def kernel_inputs(
     (observations, test functions, noise level, ridge, bias-correction tilt, relaxation
     scale; :func:`_pack`). None of it is compiled into the kernel, so one compilation of
     :func:`~pymc_wendy.backends.kernel_cache.kernel_for` serves every data set of a model.
+    ``per_entry``: the noise input is every entry's variance (:func:`entry_variances`), which
+    the linear path does not take, so the general one serves.
     """
     corr = lik.correction
     if corr is not None and infer_sigma:
@@ -615,7 +645,9 @@ def kernel_inputs(
     if free_initial:
         lik.check_free_initial()
         scalars[4] = 1.0
-    form = None if free_initial else lik.compiled_linear_form(per_state=infer_sigma)
+    # the linear path's precomputed covariance holds per-state noise variances only
+    linear = not (free_initial or per_entry)
+    form = lik.compiled_linear_form(per_state=infer_sigma) if linear else None
     if form is not None:
         kind = "linear"
         data = (form.blocks, form.blk_e, form.blk_q, form.blk_d, form.blk_d2, form.r0, form.G)

@@ -61,11 +61,19 @@ class WeakLogLikelihoodOp(Op):
         replaced by ``x0`` (an initial state with a prior;
         :meth:`~pymc_wendy.WeakLikelihood.initial_nll_grad`), and the gradient output has
         J + D entries.
+    per_entry : bool
+        With ``infer_sigma``: the second input is the noise variance of every entry of the
+        form's grid, (M1, D), and the gradient is per entry too
+        (:meth:`~pymc_wendy.WeakLikelihood.nll_grad_variances`): what an observation model
+        whose variance parameters are random variables (a negative binomial ``alpha``) builds
+        its variances into, differentiated by pytensor from there.
 
     Outputs are ``(logp, dlogp/dp)`` or ``(logp, dlogp/dp, dlogp/dsigma2)``.
     """
 
-    __props__ = ("likelihood", "infer_sigma", "compute_grad", "relax_scale", "free_initial")
+    __props__ = (
+        "likelihood", "infer_sigma", "compute_grad", "relax_scale", "free_initial", "per_entry"
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -74,9 +82,15 @@ class WeakLogLikelihoodOp(Op):
         compute_grad: bool = True,
         relax_scale: float | None = None,
         free_initial: bool = False,
+        per_entry: bool = False,
     ):
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
+        if per_entry and not (infer_sigma and relax_scale is None and not free_initial):
+            raise ValueError(
+                "per-entry noise variances are an inferred noise input of the plain "
+                "likelihood: not with a fixed noise, the tempering ladder or a free initial state"
+            )
         if free_initial:
             likelihood.check_free_initial()
             if relax_scale is not None:
@@ -88,6 +102,14 @@ class WeakLogLikelihoodOp(Op):
         self.compute_grad = bool(compute_grad)
         self.relax_scale = None if relax_scale is None else float(relax_scale)
         self.free_initial = bool(free_initial)
+        self.per_entry = bool(per_entry)
+
+    @property
+    def noise_shape(self) -> tuple[int, ...]:
+        """The shape of the noise input and its gradient: (D,), or (M1, D) per entry."""
+        if self.per_entry:
+            return self.likelihood.form.X.shape
+        return (self.likelihood.model.n_states,)
 
     @property
     def n_inputs_p(self) -> int:
@@ -103,6 +125,8 @@ class WeakLogLikelihoodOp(Op):
 
     def relaxed(self, relax_scale: float) -> WeakLogLikelihoodOp:
         """The same likelihood with the covariance relaxation input (class doc)."""
+        if self.per_entry:
+            raise ValueError("the tempering ladder does not take per-entry noise variances")
         return type(self)(
             self.likelihood, self.infer_sigma, self.compute_grad, relax_scale, self.free_initial
         )
@@ -126,10 +150,14 @@ class WeakLogLikelihoodOp(Op):
         outputs = [pt.dscalar(), pt.tensor(dtype="float64", shape=(J,))]
         if self.infer_sigma:
             sigma2 = pt.as_tensor_variable(sigma2).astype("float64")
-            if sigma2.type.ndim != 1 or sigma2.type.shape[0] not in (None, D):
-                raise ValueError(f"sigma2 must be a vector of length {D}; got type {sigma2.type}")
+            shape = self.noise_shape
+            if sigma2.type.ndim != len(shape) or any(
+                n not in (None, want) for n, want in zip(sigma2.type.shape, shape, strict=True)
+            ):
+                what = "per-entry variances" if self.per_entry else "sigma2"
+                raise ValueError(f"{what} must have shape {shape}; got type {sigma2.type}")
             inputs.append(sigma2)
-            outputs.append(pt.tensor(dtype="float64", shape=(D,)))
+            outputs.append(pt.tensor(dtype="float64", shape=shape))
         if alpha is not None:
             alpha = pt.as_tensor_variable(alpha).astype("float64")
             if alpha.type.ndim != 0:
@@ -138,10 +166,9 @@ class WeakLogLikelihoodOp(Op):
         return Apply(self, inputs, outputs)
 
     def infer_shape(self, node, shapes):
-        J, D = self.n_inputs_p, self.likelihood.model.n_states
-        out = [(), (J,)]
+        out = [(), (self.n_inputs_p,)]
         if self.infer_sigma:
-            out.append((D,))
+            out.append(self.noise_shape)
         return out
 
     def pullback(self, inputs, outputs, cotangents):
@@ -166,11 +193,13 @@ class WeakLogLikelihoodOp(Op):
     def perform(self, node, inputs, output_storage):
         lik = self.likelihood
         p = np.asarray(inputs[0], dtype=float)
-        D, J = lik.model.n_states, self.n_inputs_p
-        sigma = np.sqrt(inputs[1]) if self.infer_sigma else None
-        gs = np.zeros(D)
+        J = self.n_inputs_p
+        sigma = np.sqrt(inputs[1]) if self.infer_sigma and not self.per_entry else None
+        gs = np.zeros(self.noise_shape)
         try:
-            if self.free_initial:
+            if self.per_entry:
+                nll, gp, gs = lik.nll_grad_variances(p, inputs[1])
+            elif self.free_initial:
                 Jm = lik.model.n_params
                 s2 = np.asarray(inputs[1], dtype=float) if self.infer_sigma else None
                 nll, gp, gx, gs = lik.initial_nll_grad(p[:Jm], p[Jm:], s2)
@@ -185,7 +214,7 @@ class WeakLogLikelihoodOp(Op):
             else:
                 nll, gp = lik.nll(p), np.zeros(J)
         except (WeakLikelihoodError, ValueError):
-            nll, gp, gs = np.inf, np.zeros(J), np.zeros(D)
+            nll, gp, gs = np.inf, np.zeros(J), np.zeros(self.noise_shape)
         output_storage[0][0] = np.asarray(-nll)
         output_storage[1][0] = -np.asarray(gp, dtype=float)
         if self.infer_sigma:
@@ -197,14 +226,28 @@ def _relaxed_reference(lik: WeakLikelihood, p, s2, alpha: float, c: float):
     return lik.relaxed_nll_grad_sigma2(p, s2, alpha, c)
 
 
-def weak_loglik(likelihood: WeakLikelihood, p, sigma=None, x0=None) -> pt.TensorVariable:
+def weak_loglik(
+    likelihood: WeakLikelihood, p, sigma=None, x0=None, noise=None
+) -> pt.TensorVariable:
     """Symbolic weak log-likelihood of ``p`` (and of the noise scale ``sigma`` if symbolic).
 
     ``sigma=None`` uses ``likelihood.sigma``; a tensor (scalar or (D,)) is the noise standard
     deviation per state and makes the result differentiable in it. ``x0`` (D,), a tensor,
     replaces the likelihood's known initial row (``log u0`` for log-normal noise): an
-    initial state with a prior, differentiable in it too.
+    initial state with a prior, differentiable in it too. ``noise``, an observation model
+    whose variance parameters are tensors (``pw.NegativeBinomial(alpha)`` with ``alpha`` a
+    random variable), replaces the likelihood's variances entry by entry
+    (:meth:`~pymc_wendy.WeakLikelihood.entry_variance_terms`), differentiable in them.
     """
+    if noise is not None:
+        if sigma is not None or x0 is not None:
+            raise ValueError("variance parameters as random variables take no sigma or x0")
+        offset, features = likelihood.entry_variance_terms()
+        V = pt.as_tensor_variable(offset)
+        for theta, feature in zip(noise.variance_theta(pt), features, strict=True):
+            V = V + pt.as_tensor_variable(theta).astype("float64") * feature
+        op = WeakLogLikelihoodOp(likelihood, infer_sigma=True, per_entry=True)
+        return op(pt.as_tensor_variable(p).astype("float64"), V)[0]
     free = x0 is not None
     if free:
         x0 = pt.as_tensor_variable(x0).astype("float64")
@@ -237,7 +280,7 @@ def weak_loglik_value_only(fgraph, node):
         return None
     new = WeakLogLikelihoodOp(
         op.likelihood, op.infer_sigma, compute_grad=False, relax_scale=op.relax_scale,
-        free_initial=op.free_initial,
+        free_initial=op.free_initial, per_entry=op.per_entry,
     )(*node.inputs)  # fmt: skip
     return {node.outputs[0]: new[0]}
 
@@ -248,13 +291,16 @@ def weak_loglik_value_only(fgraph, node):
 _DATA: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _kernel_data(lik: WeakLikelihood, infer_sigma: bool, relax_scale: float, free: bool):
+def _kernel_data(
+    lik: WeakLikelihood, infer_sigma: bool, relax_scale: float, free: bool, per_entry: bool
+):
     per_lik = _DATA.setdefault(lik, {})
-    key = (infer_sigma, relax_scale, free)
+    key = (infer_sigma, relax_scale, free, per_entry)
     if key not in per_lik:
         per_lik[key] = numba_kernels.kernel_inputs(
-            lik, infer_sigma=infer_sigma, relax_scale=relax_scale, free_initial=free
-        )
+            lik, infer_sigma=infer_sigma, relax_scale=relax_scale, free_initial=free,
+            per_entry=per_entry,
+        )  # fmt: skip
     return per_lik[key]
 
 
@@ -267,7 +313,7 @@ def _numba_funcify(op, node=None, **kwargs):
     lik = op.likelihood
     relaxed = op.relax_scale is not None
     kind, buf = _kernel_data(
-        lik, op.infer_sigma, op.relax_scale if relaxed else 1.0, op.free_initial
+        lik, op.infer_sigma, op.relax_scale if relaxed else 1.0, op.free_initial, op.per_entry
     )
     kernel = kernel_cache.kernel_for(
         lik, kind, infer_sigma=op.infer_sigma, want_grad=op.compute_grad
@@ -275,7 +321,7 @@ def _numba_funcify(op, node=None, **kwargs):
     terms_fn, entry, flags = kernel.terms, kernel.entry, kernel.flags
     n_terms = kernel_cache.terms_size(lik, kind, want_grad=op.compute_grad)
     J = op.n_inputs_p
-    D = lik.model.n_states if op.infer_sigma else 0
+    D = int(np.prod(op.noise_shape)) if op.infer_sigma else 0
     n_buf = buf.size
     from pytensor.link.numba.dispatch.basic import numba_njit
 
@@ -292,6 +338,17 @@ def _numba_funcify(op, node=None, **kwargs):
         entry(p.ctypes, J, s2.ctypes, D, alpha, buf.ctypes, n_buf, terms.ctypes, n_terms,
               flags, out.ctypes)  # fmt: skip
         return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]
+
+    if op.per_entry:
+        M1, D_states = op.noise_shape
+
+        @numba_njit
+        def weak_loglik_entries(p, V):
+            # the kernel reads the entries state-major (numba_kernels.entry_variances)
+            value, gp, gV = call(p, np.ascontiguousarray(V.T).ravel(), 0.0)
+            return value, gp, np.ascontiguousarray(gV.reshape((D_states, M1)).T)
+
+        return weak_loglik_entries, None
 
     if op.infer_sigma and relaxed:
 

@@ -488,8 +488,7 @@ class _Forward:
                 except SolveFailed:
                     total[i] = -np.inf
                     break
-                lik = term.likelihood
-                total[i] += lik.observation.log_likelihood(lik.exact_U, U, sigma)
+                total[i] += term.log_likelihood(U, sigma)
             if bar is not None:
                 bar.update(advance=1)
         return total

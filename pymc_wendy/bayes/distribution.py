@@ -21,6 +21,7 @@ the initial state.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import pickle
@@ -68,18 +69,20 @@ PREDICTIVE_SOLVER: dict = {**DEFAULT_SOLVER, "rtol": 1e-6, "atol": 1e-8}
 class WeakODERV(RandomVariable):
     """Random variable behind :class:`WeakODELikelihood`: data simulated from the ODE.
 
-    Parameters (``dist_params``) are the parameter vector ``p`` (J,), the noise scale per
-    state (D,) and the initial state (``len(model.companion_states)``: D for a first-order
-    model); a draw has shape (M+1, D).
+    Parameters (``dist_params``) are the parameter vector ``p`` (J,), the noise input (the
+    noise scale per state (D,), or with ``noise_fields`` the observation model's variance
+    parameters that are random variables, D values each: :func:`noise_model`) and the
+    initial state (``len(model.companion_states)``: D for a first-order model); a draw has
+    shape (M+1, D).
     """
 
     name = "weak_ode"
-    signature = "(j),(d),(c)->(m,d)"
+    signature = "(j),(s),(c)->(m,d)"
     dtype = "floatX"
     _print_name = ("WeakODE", "\\operatorname{WeakODE}")
     __props__ = (
         "name", "signature", "dtype", "inplace", "likelihood", "infer_sigma", "solver",
-        "free_initial",
+        "free_initial", "noise_fields",
     )  # fmt: skip
 
     def __init__(
@@ -88,10 +91,12 @@ class WeakODERV(RandomVariable):
         infer_sigma: bool,
         solver: tuple = (),
         free_initial: bool = False,
+        noise_fields: tuple[str, ...] = (),
         **kwargs,
     ):
         self.likelihood = likelihood
         self.infer_sigma = bool(infer_sigma)
+        self.noise_fields = tuple(noise_fields)
         self.solver = tuple(solver)
         # the u0 parameter is the initial state at t0, with a prior (not only for draws)
         self.free_initial = bool(free_initial)
@@ -146,7 +151,17 @@ class WeakODERV(RandomVariable):
     def draw(self, p, sigma, u0, rng: np.random.Generator) -> np.ndarray:
         """One data set drawn around the solution at ``(p, u0)`` (the observation model's
         draws, :mod:`pymc_wendy.model.observation`)."""
-        return self.likelihood.observation.draw(self.trajectory(p, u0), sigma, rng)
+        obs, sigma = noise_model(self.likelihood, self.noise_fields, sigma)
+        return obs.draw(self.trajectory(p, u0), sigma, rng)
+
+
+def noise_model(lik: WeakLikelihood, fields: tuple[str, ...], values):
+    """``(observation model, sigma)`` of a weak term's noise input ``values`` (numbers or a
+    tensor): the likelihood's model and the noise level itself, or (``fields`` given: its
+    variance parameters that are random variables) the model with those filled in, and 1."""
+    if not fields:
+        return lik.observation, values
+    return lik.observation_given.filled(fields, values, lik.U.shape[1]), 1.0
 
 
 #: the ops whose predictive draws the compiled draw functions call back, by fingerprint
@@ -357,6 +372,7 @@ class WeakODELikelihood(Distribution):
         if _is_symbolic(t0):
             raise TypeError("t0 must be a number (the time of the initial state)")
         free_initial = _is_symbolic(initial_state)
+        noise, symbolic = _noise_variables(noise, sigma, free_initial, bias_correction)
         known = {"initial_state": initial_state, "t0": t0}
         options = (ode, t, observed, sigma, noise, test_functions, ridge, linear)
         options += (max_precompute_bytes, inputs, time_unit)
@@ -372,7 +388,16 @@ class WeakODELikelihood(Distribution):
             start = _likelihood(*options)
             if not _is_symbolic(sigma):
                 options = (*options[:3], start.sigma, *options[4:])
-        likelihood = _likelihood(*options, known)
+        with warnings.catch_warnings():
+            if symbolic:  # the moment estimates are only a start for the variables
+                warnings.simplefilter("ignore", ShortSeriesWarning)
+            likelihood = _likelihood(*options, known)
+        if symbolic:
+            D = likelihood.U.shape[1]
+            sigma = pt.concatenate(
+                [pt.broadcast_to(pt.as_tensor_variable(v).astype("float64"), (D,))
+                 for v in symbolic.values()]
+            )  # fmt: skip
         if free_initial:
             likelihood.check_free_initial()
             u0 = initial_state
@@ -396,10 +421,12 @@ class WeakODELikelihood(Distribution):
             solver=solver,
             observed=likelihood.U,
             free_initial=free_initial,
+            noise_fields=tuple(symbolic),
             **kwargs,
         )
         # what pymc_wendy.initial_values needs to map the WENDy estimate to model variables
-        rv.tag.wendy = (likelihood if start is None else start, params, sigma)
+        rv.tag.wendy = (likelihood if start is None else start, params, None if symbolic else sigma)
+        rv.tag.wendy_noise = (likelihood, symbolic)  # and the variance parameters' estimates
         return rv
 
     @classmethod
@@ -415,11 +442,13 @@ class WeakODELikelihood(Distribution):
         shape=None,
         return_next_rng: bool = False,
         free_initial: bool = False,
+        noise_fields: tuple[str, ...] = (),
         **kwargs,
     ):
         """An unregistered variable for a ready :class:`WeakLikelihood` (see the class doc;
         ``free_initial``: ``u0`` is the initial state at ``t0`` with a prior, which replaces
-        the likelihood's known one)."""
+        the likelihood's known one; ``noise_fields``: ``sigma`` holds the observation model's
+        variance parameters of these names, D values each, not a noise level)."""
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
         model = likelihood.base_model
@@ -432,15 +461,20 @@ class WeakODELikelihood(Distribution):
         if size not in (None, ()):
             raise ValueError("size is not supported: one WeakODELikelihood per data set")
         p = _params_vector(params, model)
-        infer_sigma = _is_symbolic(sigma)
-        if infer_sigma and not likelihood.observation.scaled:
+        infer_sigma = _is_symbolic(sigma) and not noise_fields
+        if noise_fields:
+            sig = pt.as_tensor_variable(sigma).astype("float64")
+            n = len(noise_fields) * likelihood.U.shape[1]
+            if sig.type.ndim != 1 or sig.type.shape[0] not in (None, n):
+                raise ValueError(f"the noise parameters must be a vector of {n}; got {sig.type}")
+        elif infer_sigma and not likelihood.observation.scaled:
             raise ValueError(
                 f"{likelihood.noise} noise has no noise level to infer (its variance follows "
                 "from the solution and the model's own parameters); leave sigma unset"
             )
         if infer_sigma:
             sig = noise_scale_vector(sigma, D)
-        else:
+        elif not noise_fields:
             sig = pt.constant(likelihood.sigma, dtype="float64")
         n0 = len(model.companion_states)
         if u0 is None:
@@ -455,7 +489,7 @@ class WeakODELikelihood(Distribution):
         solver_items = tuple(sorted({**PREDICTIVE_SOLVER, **(solver or {})}.items()))
         op = WeakODERV(
             likelihood=likelihood, infer_sigma=infer_sigma, solver=solver_items,
-            free_initial=free_initial,
+            free_initial=free_initial, noise_fields=tuple(noise_fields),
         )  # fmt: skip
         kwargs.setdefault("rng", pt.random.shared_rng(seed=None))
         next_rng, rv = op(p, sig, u0, return_next_rng=True, **kwargs)
@@ -470,10 +504,32 @@ def _weak_ode_logp(op, values, rng, size, p, sigma, u0, **kwargs):
         raise ValueError(
             f"the value has shape {value.data.shape}; the likelihood was built for {lik.U.shape}"
         )
+    if op.noise_fields:
+        return weak_loglik(lik, p, noise=noise_model(lik, op.noise_fields, sigma)[0])
     x0 = None
     if op.free_initial:
         x0 = pt.log(u0) if lik.observation.log_scale else u0
     return weak_loglik(lik, p, sigma if op.infer_sigma else None, x0=x0)
+
+
+def _noise_variables(noise, sigma, free_initial: bool, bias_correction):
+    """``(noise to build the likelihood with, {field: random variable})``: an observation
+    model whose variance parameters are random variables is built with them estimated
+    (moments: the start and the covariance's scale), and the variables enter the weak
+    likelihood entry by entry (:func:`~pymc_wendy.backends.op.weak_loglik`)."""
+    obs = as_observation(noise, symbolic=True)
+    fields = obs.symbolic_parameters()
+    if not fields:
+        return noise, {}
+    what = f"{obs.name} noise with {', '.join(fields)} a random variable"
+    if sigma is not None:
+        raise ValueError(f"{what} has no noise level sigma; leave sigma unset")
+    if free_initial or bias_correction is not None:
+        raise ValueError(
+            f"{what} does not yet take an initial state with a prior or a bias correction"
+        )
+    values = {f: getattr(obs, f) for f in fields}
+    return dataclasses.replace(obs, **dict.fromkeys(fields)), values
 
 
 def _likelihood(

@@ -37,7 +37,7 @@ from pytensor.gradient import DisconnectedType
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 
-from pymc_wendy.bayes.distribution import WeakODERV
+from pymc_wendy.bayes.distribution import WeakODERV, noise_model
 from pymc_wendy.estimators.output_error import polynomial_start
 from pymc_wendy.model.compiled_solve import SolveFailed
 from pymc_wendy.model.input_output import forward_system
@@ -162,6 +162,9 @@ class ForwardTerm:
         ``initial_state`` variable); None when the initial state is known.
     new_initial_state : bool
         True when :func:`forward_model` added that variable (it is not in the weak model).
+    noise_fields : tuple of str
+        The observation model's variance parameters that are random variables (the weak
+        term's noise input holds them: :func:`~pymc_wendy.bayes.distribution.noise_model`).
     """
 
     name: str
@@ -169,6 +172,13 @@ class ForwardTerm:
     op: ForwardSolution
     initial_state: str | None
     new_initial_state: bool
+    noise_fields: tuple[str, ...] = ()
+
+    def log_likelihood(self, U: np.ndarray, noise) -> float:
+        """The exact log-likelihood of the term's data given the solution ``U`` and the
+        noise input's values ``noise``."""
+        obs, sigma = noise_model(self.likelihood, self.noise_fields, noise)
+        return obs.log_likelihood(self.likelihood.exact_U, U, sigma)
 
 
 def default_initial_prior(likelihood: WeakLikelihood, size: int) -> pt.TensorVariable:
@@ -274,24 +284,28 @@ def _replace_term(node, initial_state):
     t0 = None if known is None else known.t0
     op = ForwardSolution(lik, t0)
     U, _ = op(p, u0)
-    obs = observation_dist(lik.observation, U, sigma)
+    obs = observation_dist(lik, weak_op.noise_fields, U, sigma)
     if lik.exact_U.shape != lik.U.shape:  # rows outside the weak form's domain: data here
         value, dims = pt.constant(lik.exact_U, dtype="float64"), ()
     new_out = model_observed_rv(obs, value, name, *dims)
-    return ForwardTerm(name, lik, op, u0_name, new_u0), new_out, u0_out
+    term = ForwardTerm(name, lik, op, u0_name, new_u0, weak_op.noise_fields)
+    return term, new_out, u0_out
 
 
-def observation_dist(observation, U, sigma) -> pt.TensorVariable:
+def observation_dist(lik, fields: tuple[str, ...], U, noise) -> pt.TensorVariable:
     """The data's distribution around the solution ``U`` (an unnamed variable): the
-    observation model's log-density and draws (:mod:`pymc_wendy.model.observation`)."""
+    observation model's log-density and draws (:mod:`pymc_wendy.model.observation`) at the
+    weak term's noise input ``noise`` (:func:`~pymc_wendy.bayes.distribution.noise_model`)."""
 
-    def logp(value, U, sigma):
-        return observation.log_density(value, U, sigma, xp=pt)
+    def logp(value, U, noise):
+        obs, sigma = noise_model(lik, fields, noise)
+        return obs.log_density(value, U, sigma, xp=pt)
 
-    def random(U, sigma, rng=None, size=None):
-        return observation.draw(U if size is None else np.broadcast_to(U, size), sigma, rng)
+    def random(U, noise, rng=None, size=None):
+        obs, sigma = noise_model(lik, fields, noise)
+        return obs.draw(U if size is None else np.broadcast_to(U, size), sigma, rng)
 
-    return pm.CustomDist.dist(U, sigma, logp=logp, random=random, dtype="float64")
+    return pm.CustomDist.dist(U, noise, logp=logp, random=random, dtype="float64")
 
 
 def _initial_state_variable(u0_name: str, lik, initial_state, term: str, dims: tuple):

@@ -126,12 +126,30 @@ def initial_values(model: pm.Model | None = None) -> dict[str, np.ndarray]:
     for specs in groups.values():
         for name, value in _values_for(model, specs).items():
             estimates.setdefault(name, []).append(value)
+    for rv in model.observed_RVs:  # variance parameters that are variables: moment estimates
+        for name, value in _noise_values(model, getattr(rv.tag, "wendy_noise", None)):
+            estimates.setdefault(name, []).append(value)
     values = {}
     for name, vals in estimates.items():
         value = np.mean(vals, axis=0)
         if _in_support(model, model[name], value):
             values[name] = np.asarray(value)
     return values
+
+
+def _noise_values(model: pm.Model, spec) -> list[tuple[str, np.ndarray]]:
+    """The weak stage's moment estimates (:meth:`~pymc_wendy.WeakLikelihood.weak_observation`)
+    of the observation model's variance parameters that are free variables of ``model``;
+    ``spec`` is ``(likelihood, {field: variable})`` or None."""
+    if not spec:
+        return []
+    lik, variables = spec
+    out = []
+    for field, v in variables.items():
+        value = np.asarray(getattr(lik.weak_observation, field), dtype=float)
+        if v in model.free_RVs and v.type.ndim <= 1:
+            out.append((v.name, value if v.type.ndim == 1 else np.mean(value)))
+    return out
 
 
 def _group_key(lik, params, sigma) -> tuple:

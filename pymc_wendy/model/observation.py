@@ -34,11 +34,13 @@ model                  data                                  variance of ``U``
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+from pytensor.graph.basic import Constant, Variable
 from scipy import optimize, special
 
 __all__ = [
@@ -55,6 +57,28 @@ __all__ = [
 ]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
+
+
+def _is_symbolic(value) -> bool:
+    """A random variable or other tensor of a PyMC model (not a constant)."""
+    return isinstance(value, Variable) and not isinstance(value, Constant)
+
+
+def _checked_parameter(owner: str, field: str, value, positive: bool):
+    """A variance parameter as a float array, or the tensor as it is; a clear error for a
+    number outside its range."""
+    if value is None or _is_symbolic(value):
+        return value
+    if isinstance(value, Constant):
+        value = value.data
+    arr = np.asarray(value, dtype=float)
+    bad = np.any(arr <= 0) if positive else np.any(arr < 0)
+    if not np.all(np.isfinite(arr)) or bad:
+        raise ValueError(
+            f"{owner}: {field} must be finite and {'> 0' if positive else '>= 0'}; got {value}"
+            + (" (alpha -> infinity is Poisson)" if field.endswith("alpha") else "")
+        )
+    return arr
 
 
 class _Numpy:
@@ -88,6 +112,9 @@ class Observation:
     #: the variance changes with the solution: the weak stage weights every entry
     #: (:meth:`weights`)
     per_entry: ClassVar[bool] = True
+    #: the fields holding the model's own variance parameters: numbers, None (estimated), or
+    #: random variables of a PyMC model (:meth:`symbolic_parameters`)
+    parameters: ClassVar[tuple[str, ...]] = ()
 
     # --- data --------------------------------------------------------------------------------
     def check_data(self, U: np.ndarray, states) -> None:
@@ -139,6 +166,22 @@ class Observation:
         """Whether every parameter of an unscaled model is given (scaled ones take
         ``sigma`` from the likelihood)."""
         return True
+
+    # --- variance parameters as random variables ----------------------------------------------
+    def symbolic_parameters(self) -> tuple[str, ...]:
+        """The fields of :attr:`parameters` given as random variables (pytensor tensors)."""
+        return tuple(f for f in self.parameters if _is_symbolic(getattr(self, f)))
+
+    def variance_theta(self, xp=NUMPY) -> list:
+        """The coefficients ``theta_c`` (each a number or a (D,) array or tensor) of
+        :meth:`variance_terms`' features at this model's parameters."""
+        raise NotImplementedError(f"{self.name} noise has no variance parameters")
+
+    def filled(self, fields: tuple[str, ...], values, D: int) -> Observation:
+        """This model with ``fields`` taken from ``values``, ``len(fields) * D`` numbers or a
+        tensor, field by field (the layout of ``WeakODELikelihood``'s noise parameters)."""
+        parts = {f: values[i * D : (i + 1) * D] for i, f in enumerate(fields)}
+        return dataclasses.replace(self, **parts)
 
     # --- the exact stage -----------------------------------------------------------------------
     def log_density(self, Y, u, sigma, xp=NUMPY):
@@ -252,15 +295,12 @@ class Combined(Observation):
     proportional: float | np.ndarray | None = None
     name: ClassVar[str] = "combined"
     scaled: ClassVar[bool] = False
+    parameters: ClassVar[tuple[str, ...]] = ("additive", "proportional")
 
     def __post_init__(self):
-        for field in ("additive", "proportional"):
-            value = getattr(self, field)
-            if value is not None:
-                arr = np.asarray(value, dtype=float)
-                if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-                    raise ValueError(f"Combined: {field} must be finite and >= 0; got {value}")
-                object.__setattr__(self, field, arr)
+        for field in self.parameters:
+            value = _checked_parameter("Combined", field, getattr(self, field), positive=False)
+            object.__setattr__(self, field, value)
 
     @property
     def complete(self):
@@ -274,6 +314,9 @@ class Combined(Observation):
 
     def variance_terms(self, u):
         return 0.0, np.stack([np.ones_like(u), u**2])
+
+    def variance_theta(self, xp=NUMPY):
+        return [self.additive**2, self.proportional**2]
 
     def with_variance_parameters(self, theta):
         a, b = np.sqrt(np.maximum(theta, 0.0))
@@ -373,16 +416,11 @@ class NegativeBinomial(Observation):
     name: ClassVar[str] = "negbinomial"
     counts: ClassVar[bool] = True
     scaled: ClassVar[bool] = False
+    parameters: ClassVar[tuple[str, ...]] = ("alpha",)
 
     def __post_init__(self):
-        if self.alpha is not None:
-            a = np.asarray(self.alpha, dtype=float)
-            if not np.all(np.isfinite(a)) or np.any(a <= 0):
-                raise ValueError(
-                    f"NegativeBinomial: the dispersion alpha must be finite and > 0; got "
-                    f"{self.alpha} (alpha -> infinity is Poisson)"
-                )
-            object.__setattr__(self, "alpha", a)
+        alpha = _checked_parameter("NegativeBinomial", "the dispersion alpha", self.alpha, True)
+        object.__setattr__(self, "alpha", alpha)
 
     @property
     def complete(self):
@@ -393,6 +431,9 @@ class NegativeBinomial(Observation):
 
     def variance_terms(self, u):
         return u, (u**2)[None]
+
+    def variance_theta(self, xp=NUMPY):
+        return [1.0 / self.alpha]
 
     def with_variance_parameters(self, theta):
         if self.alpha is not None:
@@ -444,10 +485,18 @@ _ALIASES = {
 }
 
 
-def as_observation(noise) -> Observation:
+def as_observation(noise, symbolic: bool = False) -> Observation:
     """An observation model from an object or its name (``"log-normal"``, ``"neg_binomial"``
-    and a few aliases are accepted), or a clear error."""
+    and a few aliases are accepted), or a clear error. Variance parameters that are random
+    variables are refused unless ``symbolic`` (only ``WeakODELikelihood`` takes them)."""
     if isinstance(noise, Observation):
+        free = noise.symbolic_parameters()
+        if free and not symbolic:
+            raise ValueError(
+                f"{noise.name} noise: {', '.join(free)} is a random variable, which only "
+                "pw.WeakODELikelihood inside a pm.Model takes; give numbers here (or None: "
+                "estimated)"
+            )
         return noise
     if isinstance(noise, type) and issubclass(noise, Observation):
         return noise()

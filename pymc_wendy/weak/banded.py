@@ -649,7 +649,7 @@ def gradient_parts(
     Jup: np.ndarray,
     ridge: float,
     logdet: bool = True,
-    sigma2: bool = True,
+    sigma2: bool | str = True,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """Gradient with respect to ``p`` and the noise variances, and ``B`` (D, M+1, D)
     (``kernels.gradient_parts``; ``phi`` is not read, ``ev.rows`` holds the test functions).
@@ -679,10 +679,7 @@ def gradient_parts(
             + 2.0 * np.einsum("mde,mde->em", Ju, Q[1], optimize=True)
             + np.einsum("mee->em", Q[2])
         )
-    if ev.weights is not None:
-        per_em = per_em * ev.weights.T
-    grad_s2 = 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
-    return grad_p, grad_s2, B
+    return grad_p, kernels.noise_gradient(per_em, ev.weights, ridge, sigma2), B
 
 
 # --- Hessian (the Newton model only) ---------------------------------------------------------

@@ -282,14 +282,15 @@ def gradient_parts(
     Jup: np.ndarray,
     ridge: float,
     logdet: bool = True,
-    sigma2: bool = True,
+    sigma2: bool | str = True,
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """Gradient with respect to ``p`` and to the noise variances, plus the contraction ``B``.
 
     Returns ``(grad_p, grad_sigma2, B)`` with ``B`` of shape (D, M+1, D). ``logdet=False``
     gives the gradient of the quadratic form ``r' S^-1 r / 2`` alone (the bias study in
     ``benchmarks/bias_mechanisms.py``). ``sigma2=False`` skips the noise-variance gradient
-    (``grad_sigma2`` is then None): it is the only part that needs ``S^-1 L`` in full.
+    (``grad_sigma2`` is then None): it is the only part that needs ``S^-1 L`` in full;
+    ``sigma2="entry"`` gives it per data entry (:func:`noise_gradient`).
 
     ``B`` needs only ``Phi_d^T S^-1 L`` at equal times, so it is formed from ``S^-1`` (one
     ``potri``) and ``Phi^T S^-1`` (K of the n rows at a time) instead of solving ``S``
@@ -324,10 +325,19 @@ def gradient_parts(
     if logdet:
         L2 = ev.L.reshape(n, D * M1)
         per_em += np.sum((L2 * (Si @ L2)).reshape(n, D, M1), axis=0)
-    if ev.weights is not None:
-        per_em = per_em * ev.weights.T
-    grad_s2 = 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
-    return grad_p, grad_s2, B
+    return grad_p, noise_gradient(per_em, ev.weights, ridge, sigma2), B
+
+
+def noise_gradient(per_em: np.ndarray, weights, ridge: float, sigma2: bool | str) -> np.ndarray:
+    """The gradient in the noise variances from ``per_em`` (D, M+1), each column ``(e, m)``
+    of ``L``'s ``(L^T W L)`` diagonal: per state, weighted by the entries' noise weights
+    (``sigma2=True``), or ``d nll / d v[m, e]`` per entry (``sigma2="entry"``, shape (M+1, D),
+    where the form's weights are the entries' variances themselves)."""
+    if sigma2 == "entry":
+        return 0.5 * (1.0 - ridge) * per_em.T
+    if weights is not None:
+        per_em = per_em * weights.T
+    return 0.5 * (1.0 - ridge) * np.sum(per_em, axis=1)
 
 
 def dr_dp(phi: np.ndarray, Jp: np.ndarray) -> np.ndarray:

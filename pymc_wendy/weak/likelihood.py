@@ -341,6 +341,7 @@ class WeakLikelihood:
     def _noise_weights(self, obs):
         """The observation model with its unknown variance parameters estimated, and the
         per-entry noise weights at the smoothed data (None for a constant variance)."""
+        self._weight_state = None
         if not obs.per_entry:
             return obs, None
         # 12 neighbours (observation.smoothed_state), fewer on short series, where a
@@ -348,6 +349,7 @@ class WeakLikelihood:
         half_width = int(np.clip(self.t.size // 16, 3, 6))
         segs = self._segments()
         u = floored_state(smoothed_state(self.t, self.X, segs, half_width=half_width), self.X)
+        self._weight_state = u  # where variance parameters that are random variables enter
         if not obs.complete:
             theta = estimate_noise(self.X, segments=segs, variance=obs.variance_terms(u))
             obs = obs.with_variance_parameters(theta)
@@ -410,9 +412,33 @@ class WeakLikelihood:
             tf, t, int(prepend), np.array([radius]), eta,
             **discontinuities(self.base_model, self.inputs),
         )  # fmt: skip
-        data_weights = np.ones(self.X.shape) if weights is None else weights
-        weights = np.vstack([np.zeros((1, X.shape[1])), data_weights[1 - int(prepend) :]])
-        return (t, X), tf, weights
+        return (t, X), tf, self._on_form_grid(np.ones(self.X.shape) if weights is None else weights)
+
+    def _on_form_grid(self, A: np.ndarray) -> np.ndarray:
+        """Per-entry noise quantities ``A`` (..., M+1, D) of the data on the form's grid: with a
+        known initial state its row first, noise-free (zero)."""
+        if self._boundary_state is None:
+            return A
+        prepend = int(self.initial_state.t0 < self.t[0])
+        zero = np.zeros((*A.shape[:-2], 1, A.shape[-1]))
+        return np.concatenate([zero, A[..., 1 - prepend :, :]], axis=-2)
+
+    def entry_variance_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(offset, features)`` on the form's grid, (M1, D) and (C, M1, D): the variance of
+        entry ``(m, d)`` is ``offset + sum_c theta[c, d] features[c]``, linear in the
+        observation model's variance parameters ``theta``
+        (:meth:`~pymc_wendy.model.observation.Observation.variance_terms`; ``1 / alpha`` of
+        negative binomial counts), at the smoothed state the weights are evaluated at. What
+        the Op's per-entry variances are built from when those parameters are random
+        variables (:meth:`nll_grad_variances`)."""
+        if self._weight_state is None:
+            raise ValueError(
+                f"{self.noise} noise has a constant variance: its noise level is sigma "
+                "(nll_grad_sigma2), not per-entry variance parameters"
+            )
+        offset, features = self.observation_given.variance_terms(self._weight_state)
+        offset = np.broadcast_to(offset, self._weight_state.shape)
+        return self._on_form_grid(np.asarray(offset, float)), self._on_form_grid(features)
 
     def _sigma(self, sigma, weights) -> tuple[np.ndarray, bool]:
         """The noise level and whether it was estimated; ``weights`` are the data's."""
@@ -717,6 +743,24 @@ class WeakLikelihood:
         ev = self.form.evaluation(p, self._s2(sigma))
         g, gs, _ = self.form.gradient(p, ev, True, True)
         return ev.nll, g, gs
+
+    @single_blas_thread
+    def nll_grad_variances(self, p, V) -> tuple[float, np.ndarray, np.ndarray]:
+        """Value, gradient in ``p`` and in every entry's noise variance ``V`` (the form's
+        grid, (M1, D): :meth:`entry_variance_terms`), which replace the likelihood's own."""
+        if self._correction is not None:
+            raise ValueError("a bias-corrected likelihood holds its noise variances fixed")
+        p = self.check_params(p)
+        V = np.asarray(V, dtype=float)
+        if V.shape != self.form.X.shape:
+            raise ValueError(f"V must have shape {self.form.X.shape}; got {V.shape}")
+        if not np.all(np.isfinite(V)) or np.any(V < 0):
+            raise kernels.WeakLikelihoodError("entry variances must be finite and >= 0")
+        form = copy.copy(self.form)
+        form.weights = np.ascontiguousarray(V)
+        ev = form.evaluation(p, np.ones(V.shape[1]))
+        g, gV, _ = form.gradient(p, ev, True, "entry")
+        return ev.nll, g, gV
 
     @single_blas_thread
     def relaxed_nll_grad_sigma2(

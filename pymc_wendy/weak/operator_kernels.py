@@ -176,9 +176,10 @@ def gradient_parts(
     terms: Terms,
     ridge: float,
     logdet: bool = True,
-    sigma2: bool = True,
+    sigma2: bool | str = True,
 ):
-    """``(grad_p, grad_sigma2, (B, T))``; ``grad_sigma2`` is None with ``sigma2=False``.
+    """``(grad_p, grad_sigma2, (B, T))``; ``grad_sigma2`` is None with ``sigma2=False``, per
+    entry with ``"entry"`` (:func:`~pymc_wendy.weak.kernels.noise_gradient`).
 
     ``logdet=False`` gives the gradient of the quadratic form alone (``W = -a a'``).
     """
@@ -197,10 +198,7 @@ def gradient_parts(
     if not sigma2:
         return grad_p, None, (B, T)
     per_em = np.sum((ev.L * WL).reshape(n, D, M1), axis=0)
-    if ev.weights is not None:
-        per_em = per_em * ev.weights.T
-    per_e = np.sum(per_em, axis=1)
-    return grad_p, 0.5 * (1.0 - ridge) * per_e, (B, T)
+    return grad_p, kernels.noise_gradient(per_em, ev.weights, ridge, sigma2), (B, T)
 
 
 def dL_dp(data: Data, Jup: np.ndarray, terms: Terms) -> np.ndarray:

@@ -11,6 +11,7 @@ from conftest import run_twice_with_cache
 
 from pymc_wendy.backends import kernel_cache, numba_kernels
 from pymc_wendy.backends.op import WeakLogLikelihoodOp, weak_loglik
+from pymc_wendy.model.observation import NegativeBinomial
 from pymc_wendy.problems import get_problem
 from pymc_wendy.weak.likelihood import WeakLikelihood
 
@@ -365,3 +366,90 @@ def test_terms_that_do_not_fill_their_buffer_are_an_error(monkeypatch, delta):
     kernel = kernel_cache.make_kernel(lik, infer_sigma=False, want_grad=True)
     with pytest.raises(ValueError, match="terms do not match"):
         kernel(data.p_true, np.zeros(0), 0.0)
+
+
+def _per_entry_case(kind: str):
+    """A likelihood on each compiled path with per-entry noise (counts, or proportional
+    error with doses), and parameters 2 % off the truth."""
+    if kind == "operator":  # doses: the operator path
+        prob = get_problem("pk_iv_doses")
+        data = prob.simulate(n_points=97, noise_ratio=0.1, noise="proportional", seed=2)
+        lik = WeakLikelihood(
+            prob.model, data.t, data.U, noise="proportional", inputs=data.inputs
+        )
+        return lik, data.p_true * 1.02
+    lv = get_problem("lotka_volterra")
+    truth = lv.simulate(noise_ratio=0.0, subsample=4)
+    U = NegativeBinomial(20.0).draw(40.0 * truth.U_true, None, np.random.default_rng(0))
+    tf = "local" if kind == "banded" else None
+    lik = WeakLikelihood(lv.model, truth.t, U, noise=NegativeBinomial(), test_functions=tf)
+    return lik, lv.p_true * np.array([1.0, 1 / 40, 1.0, 1 / 40]) * 1.02
+
+
+@pytest.mark.parametrize("kind", ["general", "banded", "operator"])
+def test_per_entry_noise_variances_match_the_numpy_reference_and_finite_differences(kind):
+    """The Op with every entry's variance as an input (an observation model's variance
+    parameters as random variables): the compiled kernel against the numpy reference, that
+    against central differences, and both against the per-state path where the entries'
+    variances are a noise level times the weights."""
+    lik, p = _per_entry_case(kind)
+    assert lik.form.kind == ("operator" if kind == "operator" else "general")
+    offset, features = lik.entry_variance_terms()
+    V = offset + features.sum(axis=0) * (0.05 if kind == "operator" else 1 / 15)
+    x, v = pt.dvector("p"), pt.dmatrix("V")
+    out = WeakLogLikelihoodOp(lik, True, per_entry=True)(x, v)
+    native = pytensor.function([x, v], out)(p, V)
+    nll, gp, gV = lik.nll_grad_variances(p, V)
+    assert -native[0] == pytest.approx(nll, rel=1e-10)
+    np.testing.assert_allclose(-native[1], gp, rtol=1e-7, atol=1e-9 * np.abs(gp).max())
+    np.testing.assert_allclose(-native[2], gV, rtol=1e-7, atol=1e-9 * np.abs(gV).max())
+    direction = np.random.default_rng(1).standard_normal(V.shape) * V
+    h = 1e-4
+    up, down = (lik.nll_grad_variances(p, V + s * h * direction)[0] for s in (1, -1))
+    assert (up - down) / (2 * h) == pytest.approx(np.sum(gV * direction), rel=1e-5)
+    # the same variances as sigma^2 times the likelihood's weights
+    s2 = np.array([2.0, 0.5])[: V.shape[1]]
+    W = lik.form.weights
+    ref, ref_gp, ref_gs = lik.nll_grad_sigma2(p, np.sqrt(s2))
+    nll, gp, gV = lik.nll_grad_variances(p, s2 * W)
+    assert nll == pytest.approx(ref, rel=1e-12)
+    np.testing.assert_allclose(gp, ref_gp, rtol=1e-9)
+    np.testing.assert_allclose(np.sum(gV * W, axis=0), ref_gs, rtol=1e-9)
+
+
+def test_verify_grad_of_a_negative_binomial_dispersion():
+    """The weak log-likelihood with ``alpha`` a tensor (``weak_loglik(noise=...)``: pytensor
+    differentiates the entries' variances ``u + u^2 / alpha`` into the Op's per-entry
+    gradient), natively compiled and in Python."""
+    lik, p = _per_entry_case("general")
+    rng = np.random.default_rng(6)
+    for mode in (None, "FAST_COMPILE"):
+        pytensor.gradient.verify_grad(
+            lambda x, a: weak_loglik(lik, p * (1 + x), noise=NegativeBinomial(15.0 * (1 + a))),
+            [np.zeros_like(p), np.zeros(2)],
+            rng=rng,
+            mode=mode,
+        )
+
+
+def test_per_entry_variances_refuse_what_they_do_not_serve():
+    lik, p = _per_entry_case("general")
+    with pytest.raises(ValueError, match="per-entry noise variances"):
+        WeakLogLikelihoodOp(lik, False, per_entry=True)
+    with pytest.raises(ValueError, match="per-entry noise variances"):
+        WeakLogLikelihoodOp(lik, True, relax_scale=1.0, per_entry=True)
+    with pytest.raises(ValueError, match=r"per-entry variances must have shape \(257, 2\)"):
+        WeakLogLikelihoodOp(lik, True, per_entry=True)(p, pt.dvector())
+    with pytest.raises(ValueError, match="V must have shape"):
+        lik.nll_grad_variances(p, np.ones((3, 2)))
+    normal = WeakLikelihood(get_problem("logistic").model, lik.t, lik.U[:, :1] / 40)
+    with pytest.raises(ValueError, match="constant variance"):
+        normal.entry_variance_terms()
+    # a variance that is negative or NaN is an impossible point, not an exception
+    fn = pytensor.function(
+        *(lambda x, v: ([x, v], WeakLogLikelihoodOp(lik, True, per_entry=True)(x, v)[0]))(
+            pt.dvector(), pt.dmatrix()
+        )
+    )
+    V = lik.entry_variance_terms()[0]
+    assert fn(p, -V) == -np.inf and fn(p, V * np.nan) == -np.inf

@@ -584,3 +584,18 @@ def test_posterior_with_a_dispersion_variable_matches_a_closed_form_reference():
         # the goal's bounds; the Monte Carlo error of either mean is about 0.04 sd here
         assert shift < 0.3, (name, shift)
         assert 0.8 < ratio < 1.25, (name, ratio)
+
+
+def test_tools_without_variance_parameter_variables_say_so():
+    """Model comparison's pointwise values and the tempering ladder do not yet take a
+    dispersion that is a random variable: a clear error, not the moment estimate in its
+    place."""
+    import pymc as pm
+
+    model, *_ = _counts_model(lambda: pm.Exponential("alpha", 0.05))
+    with model, pytest.raises(NotImplementedError, match="tempering ladder does not yet take"):
+        pw.sample_sft(draws=10, tune=10, chains=1, progressbar=False)
+    idata = pm.sample_prior_predictive(draws=4, model=model, random_seed=0)
+    idata["posterior"] = idata["prior"]
+    with pytest.raises(NotImplementedError, match="pointwise weak log-likelihood does not"):
+        pw.compute_log_likelihood(idata, model=model, progressbar=False)

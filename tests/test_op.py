@@ -374,9 +374,7 @@ def _per_entry_case(kind: str):
     if kind == "operator":  # doses: the operator path
         prob = get_problem("pk_iv_doses")
         data = prob.simulate(n_points=97, noise_ratio=0.1, noise="proportional", seed=2)
-        lik = WeakLikelihood(
-            prob.model, data.t, data.U, noise="proportional", inputs=data.inputs
-        )
+        lik = WeakLikelihood(prob.model, data.t, data.U, noise="proportional", inputs=data.inputs)
         return lik, data.p_true * 1.02
     lv = get_problem("lotka_volterra")
     truth = lv.simulate(noise_ratio=0.0, subsample=4)

@@ -293,7 +293,6 @@ def operator(pw, ops, OX, Psi, F, Ju, Jp, Jup, C, beta, Cp, betap, s2raw, W, sca
     (P, M1, D), ``Ju``, ``Jp``, ``Jup`` their functions. Arguments otherwise as
     :func:`general`.
     """
-    D = F.shape[2]
     J = Jp.shape[3]
     gp = np.zeros(J)
     gs = np.zeros(s2raw.size)

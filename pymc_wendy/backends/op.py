@@ -133,7 +133,7 @@ class WeakLogLikelihoodOp(Op):
 
     # --- graph ---------------------------------------------------------------------------
     def make_node(self, p, *rest) -> Apply:
-        J, D = self.n_inputs_p, self.likelihood.model.n_states
+        J = self.n_inputs_p
         p = pt.as_tensor_variable(p).astype("float64")
         if p.type.ndim != 1 or p.type.shape[0] not in (None, J):
             raise ValueError(f"p must be a vector of length {J}; got type {p.type}")
@@ -304,6 +304,19 @@ def _kernel_data(
     return per_lik[key]
 
 
+def _per_entry(call, M1: int, D: int):
+    """The Op's numba function with every entry's noise variance ``V`` (M1, D) as input: the
+    kernel reads the entries state-major (:func:`.numba_kernels.entry_variances`)."""
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    @numba_njit
+    def weak_loglik_entries(p, V):
+        value, gp, gV = call(p, np.ascontiguousarray(V.T).ravel(), 0.0)
+        return value, gp, np.ascontiguousarray(gV.reshape((D, M1)).T)
+
+    return weak_loglik_entries
+
+
 @register_funcify_and_cache_key(WeakLogLikelihoodOp)
 def _numba_funcify(op, node=None, **kwargs):
     # The kernel is compiled once per model structure (its terms) and per kind, and called
@@ -340,15 +353,7 @@ def _numba_funcify(op, node=None, **kwargs):
         return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]
 
     if op.per_entry:
-        M1, D_states = op.noise_shape
-
-        @numba_njit
-        def weak_loglik_entries(p, V):
-            # the kernel reads the entries state-major (numba_kernels.entry_variances)
-            value, gp, gV = call(p, np.ascontiguousarray(V.T).ravel(), 0.0)
-            return value, gp, np.ascontiguousarray(gV.reshape((D_states, M1)).T)
-
-        return weak_loglik_entries, None
+        return _per_entry(call, *op.noise_shape), None
 
     if op.infer_sigma and relaxed:
 

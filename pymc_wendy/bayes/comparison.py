@@ -151,6 +151,11 @@ def _weak_values(idata, model: pm.Model, names: list[str], progressbar: bool) ->
 
 def _loo(op: WeakODERV, p, sigma, u0) -> np.ndarray:
     lik = op.likelihood
+    if op.noise_fields:  # its own moment estimates would stand in for the variables silently
+        raise NotImplementedError(
+            f"the pointwise weak log-likelihood does not yet take {lik.noise} noise whose "
+            f"{', '.join(op.noise_fields)} is a random variable; give it as a number"
+        )
     x0 = None
     if op.free_initial:
         x0 = np.log(u0) if as_observation(lik.noise).log_scale else u0

@@ -81,6 +81,12 @@ class TemperedModel:
         k = 0
         for node in nodes:
             lik = node.op.likelihood
+            if node.op.per_entry:
+                raise NotImplementedError(
+                    f"sample_sft: the tempering ladder does not yet take {lik.noise} noise "
+                    "whose variance parameters are random variables; give them as numbers, or "
+                    "use pw.sample"
+                )
             p = np.asarray(values[k], dtype=float)
             sigma = np.sqrt(values[k + 1]) if node.op.infer_sigma else None
             k += len(node.inputs)

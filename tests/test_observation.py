@@ -586,16 +586,26 @@ def test_posterior_with_a_dispersion_variable_matches_a_closed_form_reference():
         assert 0.8 < ratio < 1.25, (name, ratio)
 
 
-def test_tools_without_variance_parameter_variables_say_so():
-    """Model comparison's pointwise values and the tempering ladder do not yet take a
-    dispersion that is a random variable: a clear error, not the moment estimate in its
-    place."""
+def test_pointwise_values_take_the_drawn_dispersion_and_tempering_says_it_does_not():
+    """Model comparison's pointwise weak values with ``alpha`` a variable are those of the
+    likelihood with each draw's ``alpha`` as a number, not the moment estimate's; the
+    tempering ladder does not take such a variable yet and says so."""
     import pymc as pm
 
-    model, *_ = _counts_model(lambda: pm.Exponential("alpha", 0.05))
+    model, truth, U, _ = _counts_model(lambda: pm.Exponential("alpha", 0.05), ridge=0.0)
     with model, pytest.raises(NotImplementedError, match="tempering ladder does not yet take"):
         pw.sample_sft(draws=10, tune=10, chains=1, progressbar=False)
-    idata = pm.sample_prior_predictive(draws=4, model=model, random_seed=0)
+    idata = pm.sample_prior_predictive(draws=3, model=model, random_seed=0)
     idata["posterior"] = idata["prior"]
-    with pytest.raises(NotImplementedError, match="pointwise weak log-likelihood does not"):
-        pw.compute_log_likelihood(idata, model=model, progressbar=False)
+    values = pw.compute_log_likelihood(idata, model=model, progressbar=False)
+    values = values["log_likelihood"]["y"].values.reshape(3, -1)
+    lg = pw.get_problem("logistic")
+    post = idata["posterior"]
+    for s in range(3):
+        p = [float(post[v].values.ravel()[s]) for v in ("p1", "p2")]
+        alpha = float(post["alpha"].values.ravel()[s])
+        lik = pw.WeakLikelihood(
+            lg.model, truth.t, U, noise=pw.NegativeBinomial(alpha), initial_state=[1.0],
+            t0=0.0, ridge=0.0,
+        )  # fmt: skip
+        np.testing.assert_allclose(values[s], lik.loo_log_likelihood(p), rtol=1e-8)

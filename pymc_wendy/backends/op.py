@@ -242,10 +242,7 @@ def weak_loglik(
     if noise is not None:
         if sigma is not None or x0 is not None:
             raise ValueError("variance parameters as random variables take no sigma or x0")
-        offset, features = likelihood.entry_variance_terms()
-        V = pt.as_tensor_variable(offset)
-        for theta, feature in zip(noise.variance_theta(pt), features, strict=True):
-            V = V + pt.as_tensor_variable(theta).astype("float64") * feature
+        V = pt.as_tensor_variable(likelihood.entry_variances(noise)).astype("float64")
         op = WeakLogLikelihoodOp(likelihood, infer_sigma=True, per_entry=True)
         return op(pt.as_tensor_variable(p).astype("float64"), V)[0]
     free = x0 is not None

@@ -27,7 +27,7 @@ from pymc.model.transform.conditioning import remove_value_transforms
 
 from pymc_wendy._progress import ProgressBar
 from pymc_wendy.bayes.correction import require_posterior
-from pymc_wendy.bayes.distribution import WeakODERV
+from pymc_wendy.bayes.distribution import WeakODERV, noise_model
 from pymc_wendy.model.observation import as_observation
 
 __all__ = ["compare", "compute_log_likelihood", "experiment_log_likelihood"]
@@ -151,11 +151,9 @@ def _weak_values(idata, model: pm.Model, names: list[str], progressbar: bool) ->
 
 def _loo(op: WeakODERV, p, sigma, u0) -> np.ndarray:
     lik = op.likelihood
-    if op.noise_fields:  # its own moment estimates would stand in for the variables silently
-        raise NotImplementedError(
-            f"the pointwise weak log-likelihood does not yet take {lik.noise} noise whose "
-            f"{', '.join(op.noise_fields)} is a random variable; give it as a number"
-        )
+    if op.noise_fields:  # the drawn variance parameters, not the likelihood's own estimates
+        obs = noise_model(lik, op.noise_fields, sigma)[0]
+        return lik.loo_log_likelihood(p, variances=lik.entry_variances(obs))
     x0 = None
     if op.free_initial:
         x0 = np.log(u0) if as_observation(lik.noise).log_scale else u0

@@ -172,7 +172,7 @@ class Observation:
         """The fields of :attr:`parameters` given as random variables (pytensor tensors)."""
         return tuple(f for f in self.parameters if _is_symbolic(getattr(self, f)))
 
-    def variance_theta(self, xp=NUMPY) -> list:
+    def variance_theta(self) -> list:
         """The coefficients ``theta_c`` (each a number or a (D,) array or tensor) of
         :meth:`variance_terms`' features at this model's parameters."""
         raise NotImplementedError(f"{self.name} noise has no variance parameters")
@@ -315,7 +315,7 @@ class Combined(Observation):
     def variance_terms(self, u):
         return 0.0, np.stack([np.ones_like(u), u**2])
 
-    def variance_theta(self, xp=NUMPY):
+    def variance_theta(self):
         return [self.additive**2, self.proportional**2]
 
     def with_variance_parameters(self, theta):
@@ -432,7 +432,7 @@ class NegativeBinomial(Observation):
     def variance_terms(self, u):
         return u, (u**2)[None]
 
-    def variance_theta(self, xp=NUMPY):
+    def variance_theta(self):
         return [1.0 / self.alpha]
 
     def with_variance_parameters(self, theta):

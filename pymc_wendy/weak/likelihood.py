@@ -440,6 +440,26 @@ class WeakLikelihood:
         offset = np.broadcast_to(offset, self._weight_state.shape)
         return self._on_form_grid(np.asarray(offset, float)), self._on_form_grid(features)
 
+    def entry_variances(self, observation):
+        """Every entry's noise variance on the form's grid (M1, D) under ``observation``, this
+        likelihood's model with its variance parameters given (numbers, or tensors: then a
+        tensor), from :meth:`entry_variance_terms`."""
+        V, features = self.entry_variance_terms()
+        for theta, feature in zip(observation.variance_theta(), features, strict=True):
+            V = theta * feature + V  # theta first: a tensor's product stays a tensor
+        return V
+
+    def _with_variances(self, V) -> WeakForm:
+        """The weak form with every entry's noise variance ``V`` (noise level 1), checked."""
+        V = np.asarray(V, dtype=float)
+        if V.shape != self.form.X.shape:
+            raise ValueError(f"V must have shape {self.form.X.shape}; got {V.shape}")
+        if not np.all(np.isfinite(V)) or np.any(V < 0):
+            raise kernels.WeakLikelihoodError("entry variances must be finite and >= 0")
+        form = copy.copy(self.form)
+        form.weights = np.ascontiguousarray(V)
+        return form
+
     def _sigma(self, sigma, weights) -> tuple[np.ndarray, bool]:
         """The noise level and whether it was estimated; ``weights`` are the data's."""
         obs = self.weak_observation
@@ -751,14 +771,8 @@ class WeakLikelihood:
         if self._correction is not None:
             raise ValueError("a bias-corrected likelihood holds its noise variances fixed")
         p = self.check_params(p)
-        V = np.asarray(V, dtype=float)
-        if V.shape != self.form.X.shape:
-            raise ValueError(f"V must have shape {self.form.X.shape}; got {V.shape}")
-        if not np.all(np.isfinite(V)) or np.any(V < 0):
-            raise kernels.WeakLikelihoodError("entry variances must be finite and >= 0")
-        form = copy.copy(self.form)
-        form.weights = np.ascontiguousarray(V)
-        ev = form.evaluation(p, np.ones(V.shape[1]))
+        form = self._with_variances(V)
+        ev = form.evaluation(p, np.ones(form.X.shape[1]))
         g, gV, _ = form.gradient(p, ev, True, "entry")
         return ev.nll, g, gV
 
@@ -863,14 +877,16 @@ class WeakLikelihood:
         return h.hexdigest()[:16]
 
     @single_blas_thread
-    def loo_log_likelihood(self, p, sigma=None, x0=None) -> np.ndarray:
+    def loo_log_likelihood(self, p, sigma=None, x0=None, variances=None) -> np.ndarray:
         """``log p(r_i | r_-i, p)`` for every weak-residual entry ``i``, state-major (K*D,).
 
         The Gaussian weak likelihood does not factorise over its entries (``S(p)`` is not
         diagonal), but each entry has a closed-form density given all the others
         (:func:`~pymc_wendy.weak.kernels.loo_log_density`): what PSIS-LOO needs for a
         non-factorised normal model (``docs/pymc.md``, "Model comparison"). ``x0`` is the
-        initial row of a likelihood whose initial state has a prior (:meth:`at_initial_value`).
+        initial row of a likelihood whose initial state has a prior (:meth:`at_initial_value`);
+        ``variances`` every entry's noise variance (:meth:`entry_variances`) in place of the
+        likelihood's own.
 
         Raises
         ------
@@ -882,8 +898,15 @@ class WeakLikelihood:
                 "a bias-corrected likelihood has no leave-one-out density: its objective drops "
                 "the log-determinant, so it is not a density of the weak residual"
             )
-        view = self if x0 is None else self.at_initial_value(x0)
-        ev = view.form.evaluation(self.check_params(p), self._s2(sigma))
+        p = self.check_params(p)
+        if variances is not None:
+            if sigma is not None or x0 is not None:
+                raise ValueError("per-entry variances take no sigma or x0")
+            form = self._with_variances(variances)
+            ev = form.evaluation(p, np.ones(form.X.shape[1]))
+        else:
+            view = self if x0 is None else self.at_initial_value(x0)
+            ev = view.form.evaluation(p, self._s2(sigma))
         return kernels.loo_log_density(ev.a, ev.precision_diagonal())
 
     @single_blas_thread

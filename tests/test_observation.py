@@ -607,3 +607,34 @@ def test_pointwise_values_take_the_drawn_dispersion_and_tempering_says_it_does_n
             t0=0.0, ridge=0.0,
         )  # fmt: skip
         np.testing.assert_allclose(values[s], lik.loo_log_likelihood(p), rtol=1e-8)
+
+
+def test_combined_error_sds_as_random_variables():
+    """``pw.Combined(additive, proportional)`` with one sd a variable and one a number: the
+    model's log-density is the weak log-likelihood with both given as numbers (no ridge), at
+    two points, and its gradient in the variable is analytic (central differences)."""
+    import pymc as pm
+
+    lg = pw.get_problem("logistic")
+    data = lg.simulate(n_points=129, noise_ratio=0.0, seed=0)
+    U = pw.Combined(0.02, 0.1).draw(data.U_true, None, np.random.default_rng(2))
+    with pm.Model() as model:
+        b = pm.HalfNormal("b", 1.0)
+        y = pw.WeakODELikelihood(
+            "y", ode=lg.model, params=lg.p_true, t=data.t, observed=U,
+            noise=pw.Combined(0.02, b), ridge=0.0,
+        )  # fmt: skip
+    assert y.owner.op.noise_fields == ("proportional",)
+    logp = model.compile_logp(vars=[y])
+    dlogp = model.compile_dlogp()
+    for prop in (0.05, 0.2):
+        point = {"b_log__": np.log(prop)}
+        lik = pw.WeakLikelihood(
+            lg.model, data.t, U, noise=pw.Combined(0.02, prop), ridge=0.0
+        )
+        assert float(logp(point)) == pytest.approx(-lik.nll(lg.p_true), rel=1e-10)
+        h = 1e-5
+        up, down = (float(logp({"b_log__": np.log(prop) + s * h})) for s in (1, -1))
+        prior_grad = 1.0 - prop**2  # d/dz of HalfNormal(1)'s log-density plus the Jacobian
+        grad = float(dlogp(point)[0]) - prior_grad
+        assert grad == pytest.approx((up - down) / (2 * h), rel=1e-5)

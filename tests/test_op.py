@@ -415,6 +415,32 @@ def test_per_entry_noise_variances_match_the_numpy_reference_and_finite_differen
     np.testing.assert_allclose(np.sum(gV * W, axis=0), ref_gs, rtol=1e-9)
 
 
+@pytest.mark.parametrize("kind", ["general", "banded"])
+def test_relaxed_per_entry_variances_match_the_per_state_ladder(kind):
+    """The tempering ladder's relaxed rung with every entry's variance as input: compiled
+    against the numpy reference, and the numpy reference with ``V = sigma^2 w`` against the
+    per-state relaxed likelihood."""
+    lik, p = _per_entry_case(kind)
+    offset, features = lik.entry_variance_terms()
+    V = offset + features[0] / 15
+    x, v, a = pt.dvector("p"), pt.dmatrix("V"), pt.dscalar("alpha")
+    op = WeakLogLikelihoodOp(lik, True, per_entry=True).relaxed(3.0)
+    native = pytensor.function([x, v, a], op(x, v, a))
+    for alpha in (0.0, 0.3):
+        nll, gp, gV = lik.nll_grad_variances(p, V, alpha, 3.0)
+        out = native(p, V, alpha)
+        assert -out[0] == pytest.approx(nll, rel=1e-10)
+        np.testing.assert_allclose(-out[1], gp, rtol=1e-7, atol=1e-9 * np.abs(gp).max())
+        np.testing.assert_allclose(-out[2], gV, rtol=1e-7, atol=1e-9 * np.abs(gV).max())
+        s2 = np.array([2.0, 0.5])
+        ref, ref_gp, ref_gs = lik.relaxed_nll_grad_sigma2(p, s2, alpha, 3.0)
+        nll, gp, gV = lik.nll_grad_variances(p, s2 * lik.form.weights, alpha, 3.0)
+        assert nll == pytest.approx(ref, rel=1e-12)
+        np.testing.assert_allclose(gp, ref_gp, rtol=1e-9)
+        np.testing.assert_allclose(np.sum(gV * lik.form.weights, axis=0), ref_gs, rtol=1e-9)
+    assert native(p, V, 1.5)[0] == -np.inf  # outside the ladder
+
+
 def test_verify_grad_of_a_negative_binomial_dispersion():
     """The weak log-likelihood with ``alpha`` a tensor (``weak_loglik(noise=...)``: pytensor
     differentiates the entries' variances ``u + u^2 / alpha`` into the Op's per-entry
@@ -434,8 +460,6 @@ def test_per_entry_variances_refuse_what_they_do_not_serve():
     lik, p = _per_entry_case("general")
     with pytest.raises(ValueError, match="per-entry noise variances"):
         WeakLogLikelihoodOp(lik, False, per_entry=True)
-    with pytest.raises(ValueError, match="per-entry noise variances"):
-        WeakLogLikelihoodOp(lik, True, relax_scale=1.0, per_entry=True)
     with pytest.raises(ValueError, match=r"per-entry variances must have shape \(257, 2\)"):
         WeakLogLikelihoodOp(lik, True, per_entry=True)(p, pt.dvector())
     with pytest.raises(ValueError, match="V must have shape"):

@@ -86,10 +86,10 @@ class WeakLogLikelihoodOp(Op):
     ):
         if not isinstance(likelihood, WeakLikelihood):
             raise TypeError(f"likelihood must be a WeakLikelihood; got {type(likelihood)!r}")
-        if per_entry and not (infer_sigma and relax_scale is None and not free_initial):
+        if per_entry and not (infer_sigma and not free_initial):
             raise ValueError(
-                "per-entry noise variances are an inferred noise input of the plain "
-                "likelihood: not with a fixed noise, the tempering ladder or a free initial state"
+                "per-entry noise variances are an inferred noise input: not with a fixed "
+                "noise or a free initial state"
             )
         if free_initial:
             likelihood.check_free_initial()
@@ -125,11 +125,10 @@ class WeakLogLikelihoodOp(Op):
 
     def relaxed(self, relax_scale: float) -> WeakLogLikelihoodOp:
         """The same likelihood with the covariance relaxation input (class doc)."""
-        if self.per_entry:
-            raise ValueError("the tempering ladder does not take per-entry noise variances")
         return type(self)(
-            self.likelihood, self.infer_sigma, self.compute_grad, relax_scale, self.free_initial
-        )
+            self.likelihood, self.infer_sigma, self.compute_grad, relax_scale, self.free_initial,
+            self.per_entry,
+        )  # fmt: skip
 
     # --- graph ---------------------------------------------------------------------------
     def make_node(self, p, *rest) -> Apply:
@@ -198,7 +197,8 @@ class WeakLogLikelihoodOp(Op):
         gs = np.zeros(self.noise_shape)
         try:
             if self.per_entry:
-                nll, gp, gs = lik.nll_grad_variances(p, inputs[1])
+                relax = () if self.relax_scale is None else (float(inputs[-1]), self.relax_scale)
+                nll, gp, gs = lik.nll_grad_variances(p, inputs[1], *relax)
             elif self.free_initial:
                 Jm = lik.model.n_params
                 s2 = np.asarray(inputs[1], dtype=float) if self.infer_sigma else None
@@ -301,15 +301,30 @@ def _kernel_data(
     return per_lik[key]
 
 
-def _per_entry(call, M1: int, D: int):
-    """The Op's numba function with every entry's noise variance ``V`` (M1, D) as input: the
-    kernel reads the entries state-major (:func:`.numba_kernels.entry_variances`)."""
+def _per_entry(call, M1: int, D: int, relaxed: bool):
+    """The Op's numba function with every entry's noise variance ``V`` (M1, D) as input (and
+    the relaxation ``alpha`` on the tempering ladder): the kernel reads the entries
+    state-major (:func:`.numba_kernels.entry_variances`)."""
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     @numba_njit
-    def weak_loglik_entries(p, V):
-        value, gp, gV = call(p, np.ascontiguousarray(V.T).ravel(), 0.0)
+    def entries(p, V, a):
+        if not 0.0 <= a <= 1.0:
+            return np.array(-np.inf), np.zeros_like(p), np.zeros_like(V)
+        value, gp, gV = call(p, np.ascontiguousarray(V.T).ravel(), a)
         return value, gp, np.ascontiguousarray(gV.reshape((D, M1)).T)
+
+    if relaxed:
+
+        @numba_njit
+        def weak_loglik_entries_relaxed(p, V, alpha):
+            return entries(p, V, alpha[()])
+
+        return weak_loglik_entries_relaxed
+
+    @numba_njit
+    def weak_loglik_entries(p, V):
+        return entries(p, V, 0.0)
 
     return weak_loglik_entries
 
@@ -350,7 +365,7 @@ def _numba_funcify(op, node=None, **kwargs):
         return np.array(-out[0]), -out[1 : 1 + J], -out[1 + J :]
 
     if op.per_entry:
-        return _per_entry(call, *op.noise_shape), None
+        return _per_entry(call, *op.noise_shape, relaxed), None
 
     if op.infer_sigma and relaxed:
 

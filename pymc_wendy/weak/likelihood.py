@@ -687,21 +687,25 @@ class WeakLikelihood:
         return self.form.dr_dp(self.check_params(p))
 
     @single_blas_thread
-    def covariance(self, p, sigma=None) -> np.ndarray:
-        """Weak-residual covariance ``S(p)`` including the ridge, shape (K*D, K*D)."""
-        C = self.covariance_factor(p, sigma)
+    def covariance(self, p, sigma=None, variances=None) -> np.ndarray:
+        """Weak-residual covariance ``S(p)`` including the ridge, shape (K*D, K*D)
+        (``variances``: every entry's noise variance in place of the likelihood's own)."""
+        C = self.covariance_factor(p, sigma, variances)
         return C @ C.T
 
     @single_blas_thread
-    def covariance_factor(self, p, sigma=None) -> np.ndarray:
+    def covariance_factor(self, p, sigma=None, variances=None) -> np.ndarray:
         """Lower Cholesky factor ``C`` of ``S(p) = C C'`` (ridge included).
 
         Dense ``(K D, K D)``, also for local test functions (whose likelihood never forms it):
         a ValueError where it would take more than 1 GiB. :meth:`whitener` applies
-        ``C^-1`` without forming it."""
+        ``C^-1`` without forming it. ``variances`` as :meth:`covariance`."""
         p = self.check_params(p)
+        form, s2 = self.form, self._s2(sigma)
+        if variances is not None:
+            form, s2 = self._with_variances(variances), np.ones(self.form.X.shape[1])
         if not self.banded:
-            return self.form.evaluation(p, self._s2(sigma)).C
+            return form.evaluation(p, s2).C
         need = 8 * self.n_residuals**2
         if need > 2**30:
             raise ValueError(
@@ -709,7 +713,7 @@ class WeakLikelihood:
                 f"{need / 2**30:.3g} GiB; use whitener() or parameter_covariance(), which "
                 "work on the band"
             )
-        return self.form.dense_evaluation(p, self._s2(sigma)).C
+        return form.dense_evaluation(p, s2).C
 
     @single_blas_thread
     def whitener(self, p, sigma=None):
@@ -765,16 +769,23 @@ class WeakLikelihood:
         return ev.nll, g, gs
 
     @single_blas_thread
-    def nll_grad_variances(self, p, V) -> tuple[float, np.ndarray, np.ndarray]:
+    def nll_grad_variances(
+        self, p, V, alpha: float = 0.0, scale: float = 0.0
+    ) -> tuple[float, np.ndarray, np.ndarray]:
         """Value, gradient in ``p`` and in every entry's noise variance ``V`` (the form's
-        grid, (M1, D): :meth:`entry_variance_terms`), which replace the likelihood's own."""
+        grid, (M1, D): :meth:`entry_variance_terms`), which replace the likelihood's own;
+        ``alpha > 0`` relaxes the covariance as :meth:`relaxed_nll_grad_sigma2` does."""
         if self._correction is not None:
             raise ValueError("a bias-corrected likelihood holds its noise variances fixed")
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1]; got {alpha}")
         p = self.check_params(p)
         form = self._with_variances(V)
-        ev = form.evaluation(p, np.ones(form.X.shape[1]))
+        keep = 1.0 - alpha
+        diag = keep * self.ridge_diag + alpha * scale
+        ev = form.evaluation(p, np.full(form.X.shape[1], keep), diag)
         g, gV, _ = form.gradient(p, ev, True, "entry")
-        return ev.nll, g, gV
+        return ev.nll, g, keep * gV
 
     @single_blas_thread
     def relaxed_nll_grad_sigma2(

@@ -81,17 +81,15 @@ class TemperedModel:
         k = 0
         for node in nodes:
             lik = node.op.likelihood
-            if node.op.per_entry:
-                raise NotImplementedError(
-                    f"sample_sft: the tempering ladder does not yet take {lik.noise} noise "
-                    "whose variance parameters are random variables; give them as numbers, or "
-                    "use pw.sample"
-                )
             p = np.asarray(values[k], dtype=float)
-            sigma = np.sqrt(values[k + 1]) if node.op.infer_sigma else None
+            noise = {}
+            if node.op.per_entry:  # every entry's variance (variance parameters as variables)
+                noise["variances"] = values[k + 1]
+            elif node.op.infer_sigma:
+                noise["sigma"] = np.sqrt(values[k + 1])
             k += len(node.inputs)
             try:
-                S = lik.covariance(p, sigma)
+                S = lik.covariance(p, **noise)
             except Exception as exc:  # noqa: BLE001 - re-raised with the context users need
                 raise ValueError(
                     f"the weak likelihood is undefined at the start point (p = {p}): {exc}; "

@@ -143,6 +143,24 @@ def test_mle_runs_from_the_smallest_residual_and_the_lowest_nll_screened_starts(
     assert default.nll == pytest.approx(oracle.nll, abs=1e-6) == np.min(h["nll"])
 
 
+def test_weak_least_squares_default_start_screens_without_nlls(monkeypatch):
+    """``fit(method="wls")``'s start ranks by residual alone: the same point as the first of
+    ``default_starts``, without the 34 NLLs (two per screened point) that only the MLE's
+    second start reads."""
+    from pymc_wendy.estimators import wls
+
+    prob = pw.get_problem("goodwin_2d")
+    data = prob.simulate(n_points=129, noise_ratio=0.05, seed=0)
+    lik = pw.WeakLikelihood(prob.model, data.t, data.U)
+    bounds = tuple(np.asarray(prob.bounds, dtype=float).T)  # (lower, upper)
+    both = wls.default_starts(lik, prob.model, bounds)
+    calls = []
+    monkeypatch.setattr(wls, "safe_nll", lambda *a: calls.append(a) or 0.0)
+    start = wls.default_start(lik, prob.model, bounds)
+    assert not calls
+    np.testing.assert_array_equal(start, both[0])
+
+
 def test_screened_starts_keep_the_best_of_each_criterion_once():
     from pymc_wendy.estimators.wls import screened_starts
 

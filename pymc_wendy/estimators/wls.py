@@ -103,12 +103,15 @@ def default_start(lik: Likelihood | None, model: ODEModel, bounds) -> np.ndarray
     """Weak least squares for linear-in-parameter models; otherwise the best of bounded weak
     least squares from the box's centre and a Sobol design in the box, by residual (a
     ValueError when a bound is infinite: then ``p0`` is needed)."""
-    return default_starts(lik, model, bounds)[0]
+    return default_starts(lik, model, bounds, by_nll=False)[0]
 
 
-def default_starts(lik: Likelihood | None, model: ODEModel, bounds) -> list[np.ndarray]:
-    """The starts :func:`default_start` screens for: its own first, then, if different, the
-    point of lowest weak NLL among the screened points and the fits from them.
+def default_starts(
+    lik: Likelihood | None, model: ODEModel, bounds, by_nll: bool = True
+) -> list[np.ndarray]:
+    """The starts :func:`default_start` screens for: its own first, then, if different (and
+    ``by_nll``), the point of lowest weak NLL among the screened points and the fits from
+    them (two NLLs per point, which weak least squares alone does not need).
 
     Neither ranking finds the MLE's basin alone, so WENDy-MLE runs from both and keeps the
     lower NLL (``docs/estimators.md``). Where parameters divide the data's terms, the
@@ -133,6 +136,8 @@ def default_starts(lik: Likelihood | None, model: ODEModel, bounds) -> list[np.n
     def fit_from(s):
         p = _wls_bounded(lik, s, bounds, 20)[0]
         r = lik.residual(p)
+        if not by_nll:
+            return ((p, float(r @ r)),)
         nll_s, nll_p = safe_nll(lik, s), safe_nll(lik, p)
         return (p, float(r @ r)), ((p, nll_p) if nll_p <= nll_s else (s, nll_s))
 

@@ -524,6 +524,16 @@ def test_a_dispersion_that_is_a_random_variable_enters_the_weak_likelihood_entry
     lik = y.owner.op.likelihood
     assert start["alpha"] == pytest.approx(float(lik.weak_observation.alpha[0]), rel=1e-12)
     assert 3.0 < start["alpha"] < 20.0  # the moment estimate, truth 8
+    # the compiled draw functions are cached by what a draw depends on: a term of the same
+    # data whose alpha is a number must not share its draws (its noise input is no alpha)
+    from pymc_wendy.bayes.distribution import _fingerprint
+
+    with pm.Model():
+        fixed = pw.WeakODELikelihood(
+            "y", ode=lg.model, params=p, t=truth.t, observed=U, noise=pw.NegativeBinomial(),
+            initial_state=[1.0], t0=0.0, ridge=0.0,
+        )  # fmt: skip
+    assert _fingerprint(fixed.owner.op) != _fingerprint(y.owner.op)
     # draws: the variance u + u^2 / alpha at the drawn alpha, over 300 data sets
     op, rng = y.owner.op, np.random.default_rng(1)
     u = op.trajectory(p * [1.0, 1.0], np.full(1, np.nan))

@@ -200,6 +200,7 @@ def _fingerprint(op: WeakODERV) -> int | None:
                 _FINGERPRINT_VERSION, repr(model), model.params, model.inputs,
                 model.observed_columns,
                 lik.t, lik.U, lik.observation, lik.inputs, op.solver, op.free_initial,
+                op.noise_fields,
                 None if known is None else (known.t0, known.u0),
             )
         )  # fmt: skip
@@ -209,7 +210,7 @@ def _fingerprint(op: WeakODERV) -> int | None:
 
 
 #: bump when what a predictive draw computes changes, so that cached draw functions go
-_FINGERPRINT_VERSION = 3
+_FINGERPRINT_VERSION = 4
 
 
 def _draw_function(op: WeakODERV, key: int):

@@ -560,6 +560,11 @@ def test_variance_parameters_as_random_variables_are_refused_where_they_are_not_
                 "y", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U, sigma=0.1,
                 noise=pw.NegativeBinomial(alpha),
             )  # fmt: skip
+        with pytest.raises(ValueError, match="alpha must be a scalar or have 1 entries"):
+            pw.WeakODELikelihood(
+                "w", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U,
+                noise=pw.NegativeBinomial(pm.Exponential("a3", 0.1, shape=3)),
+            )  # fmt: skip
         with pytest.raises(ValueError, match="does not yet take"):
             pw.WeakODELikelihood(
                 "z", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U,

@@ -394,11 +394,7 @@ class WeakODELikelihood(Distribution):
                 warnings.simplefilter("ignore", ShortSeriesWarning)
             likelihood = _likelihood(*options, known)
         if symbolic:
-            D = likelihood.U.shape[1]
-            sigma = pt.concatenate(
-                [pt.broadcast_to(pt.as_tensor_variable(v).astype("float64"), (D,))
-                 for v in symbolic.values()]
-            )  # fmt: skip
+            sigma = _noise_vector(symbolic, likelihood)
         if free_initial:
             likelihood.check_free_initial()
             u0 = initial_state
@@ -531,6 +527,22 @@ def _noise_variables(noise, sigma, free_initial: bool, bias_correction):
         )
     values = {f: getattr(obs, f) for f in fields}
     return dataclasses.replace(obs, **dict.fromkeys(fields)), values
+
+
+def _noise_vector(symbolic: dict, lik: WeakLikelihood) -> pt.TensorVariable:
+    """The variance parameters that are variables as one vector, D values each (the layout
+    of :func:`noise_model`), or a clear error for a shape other than a scalar or D."""
+    D = lik.U.shape[1]
+    parts = []
+    for field, value in symbolic.items():
+        v = pt.as_tensor_variable(value).astype("float64")
+        if v.type.ndim > 1 or (v.type.ndim == 1 and v.type.shape[0] not in (None, 1, D)):
+            raise ValueError(
+                f"{lik.noise} noise: {field} must be a scalar or have {D} entries (one per "
+                f"observed state); got {v.type}"
+            )
+        parts.append(pt.broadcast_to(v, (D,)))
+    return pt.concatenate(parts)
 
 
 def _likelihood(

@@ -193,3 +193,32 @@ def test_free_initial_state_matches_reference(t0):
     np.testing.assert_allclose(value, -nll, rtol=1e-10)
     _assert_grad_close(gq, -np.r_[gp, gx])
     _assert_grad_close(gs, -2 * sigma * g2[0])
+
+
+def test_per_entry_variances_match_reference():
+    """An observation model's variance parameters as random variables (a negative binomial
+    ``alpha``): the JAX backend with every entry's variance as input, against the numpy
+    reference, and differentiated through to ``alpha``."""
+    from pymc_wendy.model.observation import NegativeBinomial
+
+    lv = get_problem("lotka_volterra")
+    truth = lv.simulate(noise_ratio=0.0, subsample=4)
+    U = NegativeBinomial(20.0).draw(40.0 * truth.U_true, None, np.random.default_rng(0))
+    lik = WeakLikelihood(lv.model, truth.t, U, noise=NegativeBinomial())
+    p0 = lv.p_true * np.array([1.0, 1 / 40, 1.0, 1 / 40]) * 1.02
+    p, v = pt.dvector("p"), pt.dmatrix("V")
+    lp = WeakLogLikelihoodOp(lik, True, per_entry=True)(p, v)[0]
+    fn = pytensor.function([p, v], [lp, *pytensor.grad(lp, [p, v])], mode="JAX")
+    offset, features = lik.entry_variance_terms()
+    V = offset + features[0] / 15.0
+    value, grad_p, grad_v = fn(p0, V)
+    ref, ref_gp, ref_gv = lik.nll_grad_variances(p0, V)
+    np.testing.assert_allclose(value, -ref, rtol=1e-8)
+    _assert_grad_close(grad_p, -ref_gp)
+    _assert_grad_close(grad_v, -ref_gv)
+    a = pt.dvector("alpha")
+    lp_a = weak_loglik(lik, p, noise=NegativeBinomial(a))
+    jax_fn = pytensor.function([p, a], pytensor.grad(lp_a, a), mode="JAX")
+    native = pytensor.function([p, a], pytensor.grad(lp_a, a))
+    alpha = np.array([15.0, 25.0])
+    _assert_grad_close(jax_fn(p0, alpha), native(p0, alpha))

@@ -95,13 +95,14 @@ def jax_array_function(model: ODEModel, which: str) -> Callable:
     return evaluate
 
 
-def jax_nll(lik: WeakLikelihood, free_initial: bool = False) -> Callable:
+def jax_nll(lik: WeakLikelihood, free_initial: bool = False, per_entry: bool = False) -> Callable:
     """The negative log-likelihood ``nll(p, sigma2)`` of ``lik`` as a pure JAX function.
 
     The data, test functions and ridge are constants of the returned function; ``sigma2`` are
-    the per-state noise variances (D,). Non-finite values (failure points) are returned as they
-    come (NaN or inf); :func:`jax_loglik_functions` masks them. ``free_initial``: ``p`` ends
-    with the initial row, which replaces the known one
+    the per-state noise variances (D,), or with ``per_entry`` every entry's variance (M1, D)
+    (:meth:`~pymc_wendy.WeakLikelihood.nll_grad_variances`). Non-finite values (failure
+    points) are returned as they come (NaN or inf); :func:`jax_loglik_functions` masks them.
+    ``free_initial``: ``p`` ends with the initial row, which replaces the known one
     (:meth:`~pymc_wendy.WeakLikelihood.initial_nll_grad`).
     """
     if free_initial:
@@ -154,7 +155,10 @@ def jax_nll(lik: WeakLikelihood, free_initial: bool = False) -> Callable:
         r = (phi @ F + b).T.reshape(n)
         L = phi[None, :, None, :] * jnp.transpose(Ju, (1, 2, 0))[:, None, :, :] + L_data
         L = L.reshape(n, D * M1)
-        w = jnp.repeat((1.0 - ridge) * sigma2, M1) * col_weights  # column (e, m)
+        if per_entry:  # column (e, m)
+            w = (1.0 - ridge) * sigma2.T.reshape(-1)
+        else:
+            w = jnp.repeat((1.0 - ridge) * sigma2, M1) * col_weights
         S = (L * w) @ L.T + ridge_eye
         C = jnp.linalg.cholesky(S)
         z = solve_triangular(C, r, lower=True)
@@ -167,17 +171,17 @@ def jax_nll(lik: WeakLikelihood, free_initial: bool = False) -> Callable:
 
 
 def jax_loglik_functions(
-    lik: WeakLikelihood, infer_sigma: bool, free_initial: bool = False
+    lik: WeakLikelihood, infer_sigma: bool, free_initial: bool = False, per_entry: bool = False
 ) -> tuple[Callable, Callable]:
     """``(value_and_grads, value)`` for the log-likelihood ``-nll`` of ``lik``.
 
     With ``infer_sigma`` both take ``(p, sigma2)``, else ``(p,)`` with ``lik.sigma`` fixed.
     ``value_and_grads`` returns ``(logp, dlogp/dp[, dlogp/dsigma2])``; ``value`` returns
     ``logp`` and is differentiable by ``jax.grad`` (custom VJP, one pass, see module doc).
-    At failure points ``logp = -inf`` and every gradient is zero. ``free_initial``: as
-    :func:`jax_nll`.
+    At failure points ``logp = -inf`` and every gradient is zero. ``free_initial`` and
+    ``per_entry`` (``sigma2`` is then every entry's variance): as :func:`jax_nll`.
     """
-    nll = jax_nll(lik, free_initial)
+    nll = jax_nll(lik, free_initial, per_entry)
     neg_inf = -jnp.inf
 
     if infer_sigma:
@@ -238,15 +242,11 @@ def _jax_funcify_weak_loglik(op, node=None, **kwargs):
             "the relaxed weak likelihood of the tempering ladder has no JAX implementation; "
             "use pymc_wendy.sample_sft with the default (numba) backend"
         )
-    if op.per_entry:
-        raise NotImplementedError(
-            "per-entry noise variances (an observation model's variance parameters as random "
-            "variables, such as a negative binomial alpha) have no JAX implementation yet; "
-            "use the default (numba) backend (nutpie, or pm.sample's own NUTS)"
-        )
     lik = op.likelihood
-    J, D = op.n_inputs_p, lik.model.n_states
-    value_and_grads, value = jax_loglik_functions(lik, op.infer_sigma, op.free_initial)
+    J, shape = op.n_inputs_p, op.noise_shape
+    value_and_grads, value = jax_loglik_functions(
+        lik, op.infer_sigma, op.free_initial, op.per_entry
+    )
 
     if op.compute_grad:
         return value_and_grads
@@ -254,7 +254,7 @@ def _jax_funcify_weak_loglik(op, node=None, **kwargs):
     if op.infer_sigma:
 
         def weak_loglik_value_sigma(p, sigma2):
-            return value(p, sigma2), jnp.zeros(J), jnp.zeros(D)
+            return value(p, sigma2), jnp.zeros(J), jnp.zeros(shape)
 
         return weak_loglik_value_sigma
 

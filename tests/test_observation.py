@@ -560,7 +560,7 @@ def test_variance_parameters_as_random_variables_are_refused_where_they_are_not_
                 "y", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U, sigma=0.1,
                 noise=pw.NegativeBinomial(alpha),
             )  # fmt: skip
-        with pytest.raises(ValueError, match="alpha must be a scalar or have 1 entries"):
+        with pytest.raises(ValueError, match="alpha must be a scalar or a vector of 1"):
             pw.WeakODELikelihood(
                 "w", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U,
                 noise=pw.NegativeBinomial(pm.Exponential("a3", 0.1, shape=3)),

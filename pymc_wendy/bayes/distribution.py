@@ -538,7 +538,7 @@ def _noise_vector(symbolic: dict, lik: WeakLikelihood) -> pt.TensorVariable:
         v = pt.as_tensor_variable(value).astype("float64")
         if v.type.ndim > 1 or (v.type.ndim == 1 and v.type.shape[0] not in (None, 1, D)):
             raise ValueError(
-                f"{lik.noise} noise: {field} must be a scalar or have {D} entries (one per "
+                f"{lik.noise} noise: {field} must be a scalar or a vector of {D} (one per "
                 f"observed state); got {v.type}"
             )
         parts.append(pt.broadcast_to(v, (D,)))

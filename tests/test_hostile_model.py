@@ -249,3 +249,32 @@ def test_total_derivative_of_a_derivative_or_input_is_refused():
             lambda t, u, p, w: [p[0] * pw.derivative(u[0] * w[0]) - u[0]],
             ["x"], ["c"], order=2, inputs=["w"],
         )  # fmt: skip
+
+
+def test_variance_parameters_as_random_variables_are_refused_where_they_are_not_taken():
+    """A dispersion that is a random variable outside WeakODELikelihood, next to sigma or a
+    bias correction, or of the wrong shape: a message naming it, not a pytensor error."""
+    lg = pw.get_problem("logistic")
+    data = lg.simulate(n_points=65, noise_ratio=0.0, seed=0)
+    U = np.round(100 * data.U)
+    with pm.Model():
+        alpha = pm.Exponential("alpha", 0.1)
+        with pytest.raises(ValueError, match="alpha is a random variable, which only"):
+            pw.WeakLikelihood(lg.model, data.t, U, noise=pw.NegativeBinomial(alpha))
+        with pytest.raises(ValueError, match="alpha is a random variable, which only"):
+            pw.fit(lg.model, data.t, U, noise=pw.NegativeBinomial(alpha), p0=[1.0, 0.01])
+        with pytest.raises(ValueError, match="has no noise level sigma"):
+            pw.WeakODELikelihood(
+                "y", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U, sigma=0.1,
+                noise=pw.NegativeBinomial(alpha),
+            )  # fmt: skip
+        with pytest.raises(ValueError, match="alpha must be a scalar or a vector of 1"):
+            pw.WeakODELikelihood(
+                "w", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U,
+                noise=pw.NegativeBinomial(pm.Exponential("a3", 0.1, shape=3)),
+            )  # fmt: skip
+        with pytest.raises(ValueError, match="does not yet take"):
+            pw.WeakODELikelihood(
+                "z", ode=lg.model, params=[1.0, 0.01], t=data.t, observed=U,
+                noise=pw.NegativeBinomial(alpha), bias_correction="analytic",
+            )  # fmt: skip
